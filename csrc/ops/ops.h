@@ -1,0 +1,31 @@
+// The ops of the softmax_ext namespace, as C++ functions (schemas in
+// registration.cpp, per-device registration in ops.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace softmax_ext {
+
+at::Tensor softmax(const at::Tensor& x, int64_t dim, std::optional<c10::ScalarType> dtype);
+at::Tensor log_softmax(const at::Tensor& x, int64_t dim, std::optional<c10::ScalarType> dtype);
+at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
+at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
+
+// What softmax_ext.plan() shows: (kernel, workspace bytes, deterministic,
+// accumulator dtype name, problem = [rows, axis_size, axis_stride, inner_size,
+// batch_rank, batch sizes..., batch strides of x...]).
+using PlanInfo = std::tuple<std::string, int64_t, bool, std::string, std::vector<int64_t>>;
+PlanInfo plan_info(const at::Tensor& x, int64_t dim, c10::string_view kind, bool backward,
+                   std::optional<c10::ScalarType> dtype);
+
+// (torch version built against, CUDA runtime version or "" for a CPU build,
+// compiled GPU architectures).
+std::tuple<std::string, std::string, std::vector<int64_t>> build_info();
+
+}  // namespace softmax_ext

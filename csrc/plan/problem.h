@@ -1,0 +1,72 @@
+// The problem descriptor: everything a kernel choice depends on, with no
+// pointers. Built once per call by describe() (problem.cpp), shared by the CPU
+// and CUDA paths, and read by select() to pick a kernel.
+//
+// Shapes are coalesced before they get here: size-1 dimensions are dropped,
+// the non-axis ("batch") dimensions are ordered by the output's strides
+// (outermost first) and merged wherever every operand allows it. A row is one
+// slice along the axis; row r's batch index is r decomposed over batch_size.
+#pragma once
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace softmax_ext {
+
+constexpr int kMaxRank = 8;                  // axis included, after coalescing
+constexpr int kMaxBatchRank = kMaxRank - 1;  // non-axis dimensions
+
+enum class Kind : uint8_t { Softmax, LogSoftmax };
+enum class Direction : uint8_t { Forward, Backward };
+
+// Operand slots. Forward uses kIn0 = x and kOut = y; backward uses
+// kIn0 = grad_output (dy), kIn1 = output (y) and kOut = grad_input (dx).
+enum Operand : int { kIn0 = 0, kIn1 = 1, kOut = 2, kNumOperands = 3 };
+
+struct Problem {
+  Kind kind = Kind::Softmax;
+  Direction direction = Direction::Forward;
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  // Forward: in_dtype is x's dtype, out_dtype is y's (the `dtype=` argument).
+  // Backward: both are the dtype shared by dy, y and dx.
+  c10::ScalarType in_dtype = c10::ScalarType::Float;
+  c10::ScalarType out_dtype = c10::ScalarType::Float;
+
+  int64_t axis_size = 0;
+  int64_t axis_stride[kNumOperands] = {0, 0, 0};  // in elements
+
+  int batch_rank = 0;                       // 0 .. kMaxBatchRank
+  int64_t batch_size[kMaxBatchRank] = {};   // outermost first
+  int64_t batch_stride[kNumOperands][kMaxBatchRank] = {};
+  int64_t rows = 1;                         // product of batch_size
+
+  bool is_backward() const { return direction == Direction::Backward; }
+  int num_inputs() const { return is_backward() ? 2 : 1; }
+  int64_t numel() const { return rows * axis_size; }
+  int rank() const { return batch_rank + 1; }
+
+  // The accumulator: float32 for f16/bf16/f32, float64 for f64. It follows
+  // the compute dtype, which is the output dtype (the input is treated as if
+  // cast to it first).
+  c10::ScalarType acc_dtype() const {
+    return out_dtype == c10::ScalarType::Double ? c10::ScalarType::Double
+                                                : c10::ScalarType::Float;
+  }
+
+  // True when every operand walks the axis with unit stride.
+  bool axis_contiguous() const;
+  // Length of the contiguous inner run when the axis is not the fastest
+  // dimension: the innermost batch dimension's size when it has unit stride
+  // in every operand, otherwise 1.
+  int64_t inner_size() const;
+
+  std::string to_string() const;
+};
+
+// Short dtype tags used in kernel names: f16, bf16, f32, f64.
+const char* dtype_tag(c10::ScalarType t);
+
+}  // namespace softmax_ext

@@ -1,0 +1,51 @@
+// The one schema file: every op of the softmax_ext namespace is defined here
+// (implementations are registered per dispatch key in ops/ops.cpp), plus the
+// empty Python module whose import runs these static registrations.
+
+#include "ops/ops.h"
+
+#include <Python.h>
+#include <torch/library.h>
+
+#ifdef SOFTMAX_EXT_WITH_CUDA
+namespace softmax_ext::cuda {
+std::string runtime_version();
+std::vector<int64_t> compiled_archs();
+}  // namespace softmax_ext::cuda
+#endif
+
+#define SOFTMAX_EXT_STR2(x) #x
+#define SOFTMAX_EXT_STR(x) SOFTMAX_EXT_STR2(x)
+
+namespace softmax_ext {
+
+std::tuple<std::string, std::string, std::vector<int64_t>> build_info() {
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  return {SOFTMAX_EXT_STR(SOFTMAX_EXT_TORCH_VERSION), cuda::runtime_version(), cuda::compiled_archs()};
+#else
+  return {SOFTMAX_EXT_STR(SOFTMAX_EXT_TORCH_VERSION), "", {}};
+#endif
+}
+
+TORCH_LIBRARY(softmax_ext, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  m.def("softmax(Tensor x, int dim=-1, ScalarType? dtype=None) -> Tensor", tags);
+  m.def("log_softmax(Tensor x, int dim=-1, ScalarType? dtype=None) -> Tensor", tags);
+  m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor", tags);
+  m.def("log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor", tags);
+  // Introspection, not maths: what the dispatcher would run, and how the
+  // library was built. softmax_ext.plan() and build_info() wrap these.
+  m.def("_plan(Tensor x, int dim, str kind, bool backward, ScalarType? dtype=None)"
+        " -> (str, int, bool, str, int[])",
+        &plan_info);
+  m.def("_build_info() -> (str, str, int[])", &build_info);
+}
+
+}  // namespace softmax_ext
+
+// Importing softmax_ext._C only has to run the static registrations above;
+// the module itself is empty (no pybind11, so the limited API applies).
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}

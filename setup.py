@@ -1,0 +1,122 @@
+"""Build softmax_ext._C against the torch that is already installed.
+
+Environment knobs:
+  TORCH_CUDA_ARCH_LIST  GPU targets, e.g. "9.0" (default: DEFAULT_ARCH_LIST below)
+  CUDA_HOME             CUDA toolkit (default: /usr/local/cuda when it has nvcc)
+  SOFTMAX_EXT_CPU_ONLY  1: build without CUDA kernels even where a toolkit exists
+  SOFTMAX_EXT_DEBUG     1: -O0 -g host code, -G device code
+  MAX_JOBS              parallel compile jobs (ninja)
+  NVCC_THREADS          nvcc --threads (default 2)
+"""
+
+import glob
+import os
+import sys
+
+from setuptools import find_packages, setup
+
+try:
+    import torch
+except ImportError:
+    sys.exit(
+        "softmax_ext builds against the torch you already have, and none was found.\n"
+        "Install torch first, then build without pip's isolated build environment:\n"
+        "    pip install torch\n"
+        "    pip install --no-build-isolation ."
+    )
+
+
+def _find_cuda_home():
+    """The toolkit directory, without trusting an `nvcc` wrapper script on PATH."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        path = os.environ.get(var)
+        if path and os.path.exists(os.path.join(path, "bin", "nvcc")):
+            return path
+    if os.path.exists("/usr/local/cuda/bin/nvcc"):
+        return "/usr/local/cuda"
+    return None
+
+
+CUDA_HOME = _find_cuda_home()
+if CUDA_HOME:
+    # torch.utils.cpp_extension reads CUDA_HOME when it is imported.
+    os.environ["CUDA_HOME"] = CUDA_HOME
+
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+# Ampere, Hopper, Blackwell (datacenter and consumer) plus PTX for newer GPUs.
+DEFAULT_ARCH_LIST = "8.0;9.0;10.0;12.0+PTX"
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEBUG = os.environ.get("SOFTMAX_EXT_DEBUG", "0") == "1"
+WITH_CUDA = (
+    torch.version.cuda is not None
+    and CUDA_HOME is not None
+    and os.environ.get("SOFTMAX_EXT_CPU_ONLY", "0") != "1"
+)
+if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+    # torch's own default is "whatever GPU is visible now", wrong for a build
+    # machine without one.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
+
+def _version():
+    with open(os.path.join(ROOT, "softmax_ext", "_version.py")) as f:
+        scope = {}
+        exec(f.read(), scope)
+        return scope["__version__"]
+
+
+def _sources():
+    sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
+    if WITH_CUDA:
+        sources += sorted(glob.glob(os.path.join("csrc", "**", "*.cu"), recursive=True))
+    return sources
+
+
+def _extension():
+    torch_version = torch.__version__.split("+")[0]
+    defines = [f"-DSOFTMAX_EXT_TORCH_VERSION={torch_version}"]
+    if WITH_CUDA:
+        defines.append("-DSOFTMAX_EXT_WITH_CUDA")
+    opt = ["-O0", "-g"] if DEBUG else ["-O3"]
+    cxx = opt + defines + ["-fopenmp", "-Wall", "-Wno-unknown-pragmas"]
+    nvcc = opt + defines + [
+        "--expt-relaxed-constexpr",
+        "-lineinfo",
+        f"--threads={os.environ.get('NVCC_THREADS', '2')}",
+    ]
+    if DEBUG:
+        nvcc.append("-G")
+    kwargs = dict(
+        name="softmax_ext._C",
+        sources=_sources(),
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        extra_compile_args={"cxx": cxx, "nvcc": nvcc} if WITH_CUDA else {"cxx": cxx},
+        extra_link_args=["-fopenmp"],
+        # _C holds no Python objects, so one abi3 binary serves every CPython
+        # of a torch version (torch adds -DPy_LIMITED_API itself).
+        py_limited_api=True,
+    )
+    return CUDAExtension(**kwargs) if WITH_CUDA else CppExtension(**kwargs)
+
+
+print(
+    f"softmax_ext: building against torch {torch.__version__}, "
+    + (f"CUDA kernels for TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} "
+       f"(toolkit {CUDA_HOME})" if WITH_CUDA else "CPU kernels only"),
+    file=sys.stderr,
+)
+
+setup(
+    name="softmax_ext",
+    version=_version(),
+    description="Softmax, log_softmax, their backward passes and softmax(X)@V as PyTorch custom ops",
+    long_description=open(os.path.join(ROOT, "README.md")).read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["softmax_ext", "softmax_ext.*"]),
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    python_requires=">=3.9",
+    install_requires=["torch"],
+)

@@ -1,0 +1,49 @@
+"""softmax_ext.plan(): what the dispatcher would run for a tensor, without
+running it (the C++ select() step, see csrc/plan/plan.h)."""
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The coalesced problem: rows x axis, after merging the non-axis dims."""
+
+    rows: int
+    axis_size: int
+    axis_stride: int  # of x, in elements
+    inner_size: int  # contiguous inner run when the axis is strided, else 1
+    batch_sizes: Tuple[int, ...]  # non-axis dims, outermost first
+    batch_strides: Tuple[int, ...]  # of x
+
+    @property
+    def rank(self) -> int:
+        return len(self.batch_sizes) + 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel: str  # stable name, e.g. "cuda.reference.f32"
+    workspace_size: int  # bytes
+    deterministic: bool
+    accumulator: torch.dtype
+    problem: Problem
+
+
+def plan(
+    x: torch.Tensor,
+    dim: int = -1,
+    kind: str = "softmax",
+    backward: bool = False,
+    dtype: Optional[torch.dtype] = None,
+) -> Plan:
+    """The plan for softmax/log_softmax of `x` along `dim` (its backward when
+    `backward`, with grad_output and output laid out like x)."""
+    kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan.default(
+        x, dim, kind, backward, dtype
+    )
+    rows, axis_size, axis_stride, inner, rank = p[:5]
+    problem = Problem(rows, axis_size, axis_stride, inner, tuple(p[5 : 5 + rank]), tuple(p[5 + rank :]))
+    return Plan(kernel, workspace, deterministic, getattr(torch, acc.lower()), problem)
