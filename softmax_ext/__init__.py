@@ -7,7 +7,15 @@ kernels, autograd formulas and the Python wrappers.
 
 import torch  # noqa: F401  (the extension links against libtorch)
 
-from . import _C  # noqa: F401  (registers torch.ops.softmax_ext.*)
+try:
+    from . import _C  # noqa: F401  (registers torch.ops.softmax_ext.*)
+except ImportError as exc:  # never fall back silently: there is no Python path
+    raise ImportError(
+        f"softmax_ext: the compiled extension softmax_ext._C could not be loaded from {__path__[0]} "
+        f"({exc}). Importing from a source checkout needs an in-place build: "
+        "pip install --no-build-isolation -e . (or run from another directory after "
+        "pip install --no-build-isolation .)"
+    ) from exc
 from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
 from . import nn
 from ._build_info import build_info

@@ -165,7 +165,7 @@ struct LogSoftmaxBackwardEpilogue {
 
 // n / d and n % d for non-negative n, d > 0. 64-bit division is a long
 // software sequence on the GPU; almost every real problem fits 32 bits.
-__host__ __device__ __forceinline__ int64_t divmod(int64_t n, int64_t d, int64_t& rem) {
+__device__ __forceinline__ int64_t divmod(int64_t n, int64_t d, int64_t& rem) {
   int64_t q;
   if (((n | d) >> 32) == 0) {
     q = static_cast<uint32_t>(n) / static_cast<uint32_t>(d);
@@ -194,7 +194,7 @@ struct RowIndexer {
   int64_t batch_size[kMaxBatchRank];  // outermost first
   int64_t batch_stride[N][kMaxBatchRank];
 
-  __host__ __device__ __forceinline__ void row_offsets(int64_t row, int64_t (&offset)[N]) const {
+  __device__ __forceinline__ void row_offsets(int64_t row, int64_t (&offset)[N]) const {
 #pragma unroll
     for (int k = 0; k < N; ++k) offset[k] = 0;
     // Fully unrolled with compile-time indices so the arrays stay in

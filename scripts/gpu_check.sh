@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: build softmax_ext from source, run the
+# main job and the whole test suite (CUDA tests included), optionally the
+# CUDA tests under compute-sanitizer, and print a short summary last.
+#
+#   scripts/gpu_check.sh                 build + python -m softmax_ext + tests
+#   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck
+#   BENCH=1 scripts/gpu_check.sh         + benchmarks (when present)
+# Logs go to $OUT (default /tmp/softmax_ext_out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/softmax_ext_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+summary=()
+
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "GPU: $gpu"
+
+t0=$(date +%s)
+if python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
+  summary+=("build: ok in $(( $(date +%s) - t0 )) s")
+else
+  tail -60 "$OUT/build.log"
+  echo "build FAILED (log: $OUT/build.log)"
+  exit 1
+fi
+
+python3 -m softmax_ext 2>&1 | tee "$OUT/main.log"
+summary+=("python -m softmax_ext: exit ${PIPESTATUS[0]}, $(tail -1 "$OUT/main.log")")
+
+python3 -m pytest tests -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
+summary+=("tests: $(tail -1 "$OUT/tests.log")")
+
+if [ "${SANITIZE:-0}" = 1 ]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      python3 -m pytest -q -p no:cacheprovider -x -k cuda tests/test_forward.py tests/test_backward.py tests/test_layouts.py > "$OUT/sanitize_$tool.log" 2>&1
+    rc=$?
+    summary+=("compute-sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)")
+  done
+fi
+
+if [ "${BENCH:-0}" = 1 ] && [ -f benchmarks/bench_softmax.py ]; then
+  python3 -m benchmarks.bench_softmax 2>&1 | tee "$OUT/bench.log" | tail -60
+  summary+=("benchmark: exit ${PIPESTATUS[0]} (table in $OUT/bench.log)")
+fi
+
+echo
+echo "== summary ($gpu)"
+printf '  %s\n' "${summary[@]}"
