@@ -78,6 +78,12 @@ def device(request):
 # --------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _registered_ops():
+    """Import softmax_ext once so torch.ops.softmax_ext.* exist in every test."""
+    import softmax_ext  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def sx():
     """The imported ``softmax_ext`` package (importing registers the ops)."""

@@ -25,7 +25,8 @@ from conftest import (
     sizes_for_rank,
 )
 
-AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1025, 4097]
+# the lengths, plus 1024 / 2049 (PyTorch's warp-per-row limits, +-1)
+AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1024, 1025, 2049, 4097]
 
 
 @pytest.mark.parametrize("device", DEVICES)

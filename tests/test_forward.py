@@ -27,7 +27,8 @@ from conftest import (
     sizes_for_rank,
 )
 
-AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1025, 4097]
+# the lengths, plus 1024 / 2049 (PyTorch's warp-per-row limits, +-1)
+AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1024, 1025, 2049, 4097]
 
 
 # --------------------------------------------------------------------------
@@ -55,11 +56,13 @@ def test_axis_lengths_middle_dim(name, n, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("n", [33, 1025])
 @pytest.mark.parametrize("name", FORWARD_OPS)
-def test_axis_lengths_first_dim_inner_long(name, n, device):
-    # axis first, long contiguous inner run (inner > warp size).
-    x = make_input((n, 67), torch.float32, device, seed=3)
+def test_axis_lengths_first_dim_inner_long(name, n, dtype, device):
+    # axis first, long contiguous inner run (inner > warp size, not a
+    # multiple of any vector width).
+    x = make_input((n, 67), dtype, device, seed=3)
     check_forward(name, x, 0, torch_bound=True)
 
 

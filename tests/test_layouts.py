@@ -163,20 +163,34 @@ def test_effective_rank_8_non_mergeable_works(name, device):
 def test_rank9_with_a_size1_dim_works(name, device):
     """Size-1 dimensions are dropped before the rank limit applies."""
     x = _unmergeable(8, device).unsqueeze(4)
-    assert x.dim() == 9
-    for dim in (0, 4, -1):
+    assert x.dim() == 9 and x.shape[4] == 1
+    for dim in (0, 5, -1):  # an axis of size 2; the size-1 dim is a batch dim
         check_forward(name, x, dim, msg="9-D with a size-1 dim")
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", FORWARD_OPS)
-def test_rank9_that_coalesces_works(name, device):
-    """9 dims where several are mergeable (sliced only in the first dim)."""
-    base = make_input((4, 2, 3, 2, 2, 3, 2, 2, 2), torch.float32, device, seed=90)
-    x = base[::2].permute(8, 6, 4, 2, 0, 1, 3, 5, 7)
+def test_rank9_permuted_dense_coalesces(name, device):
+    """A permuted contiguous 9-D tensor is dense: the output takes its strides,
+    so the non-axis dims can be reordered and merged (rank <= 3)."""
+    base = make_input((2, 2, 3, 2, 2, 3, 2, 2, 2), torch.float32, device, seed=90)
+    x = base.permute(8, 6, 4, 2, 0, 1, 3, 5, 7)
+    assert is_non_overlapping_and_dense(x)
+    for dim in (0, 4, -1):
+        check_forward(name, x, dim, msg="9-D permuted dense")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", FORWARD_OPS)
+def test_rank9_sliced_coalesces(name, device):
+    """Sliced (not dense) in dim 0 only: the contiguous output and x agree
+    that dims 1..8 merge, so the effective rank is small."""
+    base = make_input((4, 2, 3, 2, 2, 3, 2, 2, 2), torch.float32, device, seed=91)
+    x = base[::2]
+    assert not is_non_overlapping_and_dense(x)
     assert mergeable(x.shape, x.stride(), 0)
     for dim in (0, 4, -1):
-        check_forward(name, x, dim, msg="9-D coalescing permuted")
+        check_forward(name, x, dim, msg="9-D sliced in dim 0")
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,0 +1,38 @@
+// Tuning constants of the CPU kernels, with where each comes from.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace softmax_ext::cpu {
+
+// Work per parallel task, in "simple ops" (torch's at::internal::GRAIN_SIZE).
+constexpr int64_t kGrainSize = 32768;
+// Rough ops per element of a softmax row: *, +, - count 1, exp and log 4
+// (torch's SoftMaxKernel.cpp uses the same 16).
+constexpr int64_t kOpsPerElement = 16;
+
+// Rows per task for the row kernels: GRAIN_SIZE / (16 * row length), as torch.
+inline int64_t row_grain(int64_t axis_size) {
+  return std::max<int64_t>(1, kGrainSize / (kOpsPerElement * axis_size));
+}
+
+// Forward softmax of a 16-bit output keeps exp(x - max) of a row in a float
+// scratch row between passes 2 and 3 (rounding it to the output type first
+// would round twice). Longer rows recompute exp in pass 3 instead: they do not
+// stay in cache anyway, and the scratch would not be small.
+constexpr int64_t kRowScratchMaxBytes = 1 << 20;
+
+// Inner kernel: a task reduces an (axis x chunk) tile of the input, chunk
+// inner positions side by side. Sized so the tile of the three passes stays
+// in L2 (torch uses 128 KiB for its non-last-dim kernels).
+constexpr int64_t kInnerTileBytes = 128 << 10;
+
+// Strided kernel: rows gathered per task, side by side, so rows that share
+// cache lines and pages (a small stride between them, e.g. a sliced or
+// transposed input) load each line once instead of once per row. Capped so
+// the gathered tiles (one per input operand) stay in L2.
+constexpr int64_t kStridedMaxRows = 16;
+constexpr int64_t kStridedTileBytes = 256 << 10;
+
+}  // namespace softmax_ext::cpu

@@ -1,0 +1,120 @@
+// One contiguous row, reduced horizontally with Vectorized<acc_t>: the body
+// of the lastdim family, and of the strided family after it has gathered a
+// row into a contiguous buffer.
+//
+// Forward: pass 1 max, pass 2 sum of exp(x - max) (softmax can keep the exps
+// in `cache`), pass 3 writes y. Backward: pass 1 the sum, pass 2 writes dx.
+// x and y (dy and dx) may be the same buffer: each block is read before it
+// is written. The reduction order is fixed by the row length alone.
+#pragma once
+
+#ifndef CPU_CAPABILITY
+#error "include from a per-ISA TU (kernels_*.cpp) that defines CPU_CAPABILITY"
+#endif
+
+#include "cpu/epilogue.h"
+#include "cpu/numerics.h"
+#include "cpu/vec_io.h"
+
+#include <ATen/cpu/vec/functional.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace softmax_ext::cpu::CPU_CAPABILITY {
+
+// Row elements per partial sum in row_sum.
+constexpr int64_t kRowSumSpan = 1024;
+
+// Sum over [0, n) of what add(j, len, s0, s1) adds into the two vector
+// accumulators for the block at j. Spans of kRowSumSpan elements are summed
+// apart and then added up, so rounding error grows with the span plus the
+// span count rather than with the row length. Returns the horizontal sum.
+template <typename acc_t, typename Add>
+acc_t row_sum(int64_t n, const Add& add) {
+  using V = Vec<acc_t>;
+  V t0(acc_t(0)), t1(acc_t(0));
+  for (int64_t j0 = 0; j0 < n; j0 += kRowSumSpan) {
+    V s0(acc_t(0)), s1(acc_t(0));
+    for_blocks<kBlock<acc_t>>(std::min(kRowSumSpan, n - j0), [&](int64_t j, int64_t len) {
+      add(j0 + j, len, s0, s1);
+    });
+    t0 += s0;
+    t1 += s1;
+  }
+  return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, t0 + t1);
+}
+
+// kFastExp: see numerics.h; the strided family sets it for its final output
+// dtype while running this on float rows.
+template <Kind K, typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
+void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
+  using acc_t = acc_type_t<out_t>;
+  using V = Vec<acc_t>;
+  using Fwd = Forward<K, kFastExp>;
+  using X = Io<in_t, out_t, acc_t>;
+  using Y = Io<out_t, out_t, acc_t>;
+  using C = Io<acc_t, acc_t, acc_t>;
+  constexpr int64_t B = kBlock<acc_t>;
+  constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
+  V a, b;
+
+  V m0(kNegInf), m1(kNegInf);
+  for_blocks<B>(n, [&](int64_t j, int64_t len) {
+    X::load(x + j, len, kNegInf, a, b);
+    m0 = vmax(m0, a);
+    m1 = vmax(m1, b);
+  });
+  const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(m0, m1)));
+
+  const acc_t sum = row_sum<acc_t>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+    X::load(x + j, len, kNegInf, a, b);  // padded lanes add exp(-inf) = 0
+    const V e0 = Fwd::exp(a - m), e1 = Fwd::exp(b - m);
+    s0 += e0;
+    s1 += e1;
+    if constexpr (Fwd::kCachesExp) {
+      if (cache) C::store(cache + j, len, e0, e1);
+    }
+  });
+  const V c = Fwd::finish(V(sum));
+
+  if constexpr (Fwd::kCachesExp) {
+    if (cache) {
+      for_blocks<B>(n, [&](int64_t j, int64_t len) {
+        C::load(cache + j, len, acc_t(0), a, b);
+        Y::store(y + j, len, Fwd::from_exp(a, c), Fwd::from_exp(b, c));
+      });
+      return;
+    }
+  }
+  for_blocks<B>(n, [&](int64_t j, int64_t len) {
+    X::load(x + j, len, acc_t(0), a, b);
+    Y::store(y + j, len, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
+  });
+}
+
+template <Kind K, typename T>
+void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
+  using acc_t = acc_type_t<T>;
+  using V = Vec<acc_t>;
+  using Bwd = Backward<K>;
+  using IO = Io<T, T, acc_t>;
+  constexpr int64_t B = kBlock<acc_t>;
+  V g0, g1, y0, y1;
+
+  const V s(row_sum<acc_t>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+    IO::load(dy + j, len, acc_t(0), g0, g1);
+    IO::load(y + j, len, acc_t(0), y0, y1);
+    s0 += Bwd::term(g0, y0);
+    s1 += Bwd::term(g1, y1);
+  }));
+
+  for_blocks<B>(n, [&](int64_t j, int64_t len) {
+    IO::load(dy + j, len, acc_t(0), g0, g1);
+    IO::load(y + j, len, acc_t(0), y0, y1);
+    IO::store(dx + j, len, Bwd::apply(g0, y0, s), Bwd::apply(g1, y1, s));
+  });
+}
+
+}  // namespace softmax_ext::cpu::CPU_CAPABILITY
