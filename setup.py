@@ -11,7 +11,10 @@ Environment knobs:
 
 import glob
 import os
+import shlex
+import subprocess
 import sys
+import sysconfig
 
 from setuptools import find_packages, setup
 
@@ -66,6 +69,29 @@ def _version():
         return scope["__version__"]
 
 
+def _libstdcxx_link_flags():
+    """Link the shared C++ runtime even where only libstdc++.so.6 is installed.
+
+    Without the libstdc++.so development link, g++ silently links libstdc++.a
+    into _C; with -Bsymbolic-functions (Debian/Ubuntu Pythons) that second copy
+    of the runtime then serves our own calls, and its iostreams crash against
+    the process's real locale state (any error message formatting a number).
+    Naming the runtime library resolves every C++ runtime symbol from it.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    try:
+        found = subprocess.run(shlex.split(cxx) + ["-print-file-name=libstdc++.so"],
+                               capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if os.path.isabs(found) and os.path.exists(found):
+        return []
+    print(f"softmax_ext: {cxx} finds no libstdc++.so; linking libstdc++.so.6 by name", file=sys.stderr)
+    return ["-l:libstdc++.so.6"]
+
+
 def _sources():
     sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
     if WITH_CUDA:
@@ -92,7 +118,7 @@ def _extension():
         sources=_sources(),
         include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={"cxx": cxx, "nvcc": nvcc} if WITH_CUDA else {"cxx": cxx},
-        extra_link_args=["-fopenmp"],
+        extra_link_args=["-fopenmp"] + _libstdcxx_link_flags(),
         # _C holds no Python objects, so one abi3 binary serves every CPython
         # of a torch version (torch adds -DPy_LIMITED_API itself).
         py_limited_api=True,

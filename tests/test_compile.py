@@ -8,7 +8,7 @@ CPU machine.
 import pytest
 import torch
 
-from conftest import DEVICES, HAS_CUDA, make_input, requires_cuda
+from conftest import DEVICES, make_input, requires_cuda
 
 
 @pytest.fixture(autouse=True)

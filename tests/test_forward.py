@@ -5,8 +5,6 @@ with every dim (negative too), the SPEC's edge values (empty, 0-dim, NaN,
 +-inf, values near the float limits), the dtype= argument and determinism.
 """
 
-import math
-
 import pytest
 import torch
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import DEVICES, HAS_CUDA, make_input, requires_cuda
+from conftest import DEVICES, make_input, requires_cuda
 
 DTYPE_TAGS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}
 ACCUMULATORS = {torch.float32: torch.float32, torch.float16: torch.float32, torch.bfloat16: torch.float32,

@@ -5,9 +5,10 @@
 // symbols in every TU that uses them, and the linker keeps one copy. If they
 // were first seen after `#pragma GCC target("avx2")` (x86_build.h), the
 // kept copy could be the AVX2 one, and the DEFAULT build would then execute
-// AVX2 code on a CPU without it. Compiled here, they get the baseline ISA in every TU. The vector
-// library (at::vec) is not listed: it lives in a namespace named after the ISA
-// (CPU_CAPABILITY), so each build gets its own copy by name.
+// AVX2 code on a CPU without it. Compiled here, they get the baseline ISA in
+// every TU. The vector library (at::vec) is not listed: it lives in a
+// namespace named after the ISA (CPU_CAPABILITY), so each build gets its own
+// copy by name.
 #pragma once
 
 #include "cpu/heuristics.h"

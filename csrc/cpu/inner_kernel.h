@@ -60,8 +60,8 @@ struct InnerTiling {
   int64_t grain(int64_t axis_size) const {
     return std::max<int64_t>(1, kGrainSize / (kOpsPerElement * axis_size * chunk));
   }
-  // Calls f(offsets, i0, len) for tasks [begin, end): offsets of the tile's
-  // first element per operand, its first inner position and its width.
+  // Calls f(off, len) for tasks [begin, end): off[k] is where the task's
+  // tile starts in operand k, len its width (chunk, or less at the end).
   template <typename F>
   void for_tasks(const Problem& p, int64_t begin, int64_t end, const F& f) const {
     for (int64_t t = begin; t < end; ++t) {

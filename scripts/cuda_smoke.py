@@ -1,0 +1,54 @@
+"""A short CUDA workload for compute-sanitizer: every op, dtype and layout
+family once, checked against float64 on the CPU. Exits non-zero on a mismatch.
+
+    compute-sanitizer --tool memcheck python3 scripts/cuda_smoke.py
+"""
+
+import sys
+
+import torch
+
+import softmax_ext
+
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def cases():
+    gen = torch.Generator().manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    yield rnd(7, 1025), -1          # contiguous rows
+    yield rnd(3, 33, 17), 1         # strided axis with an inner run
+    yield rnd(40, 6).t(), -1        # transposed
+    yield rnd(5, 64)[:, ::3], -1    # sliced
+    yield rnd(4, 1).expand(4, 9), 1  # stride 0
+    yield rnd(2, 3, 4, 5).to(memory_format=torch.channels_last), 1
+    yield rnd(()), 0                # 0-dim
+
+
+def main():
+    bad = 0
+    for x64, dim in cases():
+        for dtype in TOL:
+            x = x64.to("cuda", dtype)
+            dy = torch.randn_like(x)
+            for kind in ("softmax", "log_softmax"):
+                y = getattr(softmax_ext, kind)(x, dim)
+                ref = getattr(torch, kind)(x.double().cpu(), dim)
+                dx = getattr(softmax_ext, f"{kind}_backward")(dy, y, dim)
+                aten = getattr(torch.ops.aten, f"_{kind}_backward_data")
+                dx_ref = aten(dy.double().cpu(), y.double().cpu(), dim, torch.float64)
+                for got, want in ((y, ref), (dx, dx_ref)):
+                    err = (got.double().cpu() - want).abs().max().item()
+                    if not err <= TOL[dtype] * max(1.0, want.abs().max().item()):
+                        bad += 1
+                        print(f"MISMATCH {kind} {dtype} {tuple(x.shape)} dim={dim}: {err:.3g}")
+    torch.cuda.synchronize()
+    print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
