@@ -36,7 +36,7 @@ int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
   return dim < 0 ? dim + n : dim;
 }
 
-[[noreturn]] void raise(const char* op, const Status& status) {
+[[noreturn]] void throw_status(const char* op, const Status& status) {
   if (status.code == StatusCode::kUnsupported) TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": ", status.message);
   TORCH_CHECK_VALUE(false, op, ": ", status.message);
   TORCH_INTERNAL_ASSERT(false);
@@ -65,16 +65,16 @@ Plan make_plan(const char* op, Kind kind, Direction direction, const at::Tensor&
   Problem problem;
   Status status = describe(kind, direction, like.device().type(), in_dtype, out_dtype,
                            sizes_of(like), strides, axis, problem);
-  if (!status.ok()) raise(op, status);
+  if (!status.ok()) throw_status(op, status);
   Plan plan;
   status = select(problem, plan);
-  if (!status.ok()) raise(op, status);
+  if (!status.ok()) throw_status(op, status);
   return plan;
 }
 
 void launch(const char* op, const Plan& plan, const Buffers& buffers, const at::Tensor& like) {
   const Status status = can_implement(plan, buffers);
-  if (!status.ok()) raise(op, status);
+  if (!status.ok()) throw_status(op, status);
   c10::OptionalDeviceGuard guard(like.device());
   at::Tensor workspace;
   if (plan.workspace_bytes > 0)
