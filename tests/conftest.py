@@ -64,6 +64,10 @@ BACKWARD_OPS = ["softmax_backward", "log_softmax_backward"]
 ALL_OPS = FORWARD_OPS + BACKWARD_OPS
 
 
+# The axis lengths, plus 1024 / 2049 (PyTorch's warp-per-row limits, +-1).
+AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1024, 1025, 2049, 4097]
+
+
 def dtype_id(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 

@@ -17,6 +17,7 @@ from conftest import (
     check_backward,
     custom_op,
     dims_for_rank,
+    AXIS_LENGTHS,
     dtype_id,
     make_backward_inputs,
     make_input,
@@ -24,9 +25,6 @@ from conftest import (
     reference_backward,
     sizes_for_rank,
 )
-
-# the lengths, plus 1024 / 2049 (PyTorch's warp-per-row limits, +-1)
-AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1024, 1025, 2049, 4097]
 
 
 @pytest.mark.parametrize("device", DEVICES)

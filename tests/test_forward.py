@@ -18,15 +18,13 @@ from conftest import (
     check_forward,
     custom_op,
     dims_for_rank,
+    AXIS_LENGTHS,
     dtype_id,
     make_input,
     ours,
     reference_forward,
     sizes_for_rank,
 )
-
-# the lengths, plus 1024 / 2049 (PyTorch's warp-per-row limits, +-1)
-AXIS_LENGTHS = [1, 2, 31, 32, 33, 1000, 1024, 1025, 2049, 4097]
 
 
 # --------------------------------------------------------------------------
