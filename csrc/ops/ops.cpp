@@ -22,12 +22,6 @@ const char* op_name(Kind kind, Direction direction) {
   return log ? "softmax_ext.log_softmax_backward" : "softmax_ext.softmax_backward";
 }
 
-constexpr const char* kAccepted = "accepted: float32, float16, bfloat16, float64";
-
-bool is_supported_dtype(c10::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
-}
-
 // Like torch: a 0-dim tensor accepts dim 0 and -1.
 int64_t wrap_dim(const char* op, int64_t dim, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);
@@ -88,10 +82,10 @@ void launch(const char* op, const Plan& plan, const Buffers& buffers, const at::
 at::Tensor check_forward(const char* op, const at::Tensor& x, std::optional<c10::ScalarType> dtype) {
   if (dtype.has_value())
     TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(*dtype), op, ": dtype=", *dtype,
-                                " is not supported; ", kAccepted);
+                                " is not supported; ", kAcceptedDtypes);
   if (is_supported_dtype(x.scalar_type())) return x;
   TORCH_CHECK_NOT_IMPLEMENTED(dtype.has_value() && !at::isComplexType(x.scalar_type()), op,
-                              ": input dtype ", x.scalar_type(), " is not supported; ", kAccepted,
+                              ": input dtype ", x.scalar_type(), " is not supported; ", kAcceptedDtypes,
                               " (an integer or bool input needs dtype= naming one of them)");
   return x.to(*dtype);
 }
@@ -118,7 +112,7 @@ void check_backward(const char* op, const at::Tensor& grad, const at::Tensor& ou
                     grad.scalar_type(), " but output has dtype ", out.scalar_type(),
                     "; the dtypes must be equal");
   TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(out.scalar_type()), op, ": dtype ",
-                              out.scalar_type(), " is not supported; ", kAccepted);
+                              out.scalar_type(), " is not supported; ", kAcceptedDtypes);
 }
 
 // grad_input takes the layout of `output` (which has x's layout when it came

@@ -20,6 +20,11 @@ const char* dtype_tag(c10::ScalarType t) {
   }
 }
 
+bool is_supported_dtype(c10::ScalarType t) {
+  return t == c10::ScalarType::Float || t == c10::ScalarType::Double ||
+         t == c10::ScalarType::Half || t == c10::ScalarType::BFloat16;
+}
+
 bool Problem::axis_contiguous() const {
   if (axis_stride[kOut] != 1 || axis_stride[kIn0] != 1) return false;
   return !is_backward() || axis_stride[kIn1] == 1;

@@ -69,4 +69,8 @@ struct Problem {
 // Short dtype tags used in kernel names: f16, bf16, f32, f64.
 const char* dtype_tag(c10::ScalarType t);
 
+// The dtypes every kernel family supports, and how error messages list them.
+bool is_supported_dtype(c10::ScalarType t);
+constexpr const char* kAcceptedDtypes = "accepted: float32, float16, bfloat16, float64";
+
 }  // namespace softmax_ext

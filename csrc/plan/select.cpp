@@ -8,11 +8,6 @@
 namespace softmax_ext {
 namespace {
 
-bool is_supported_dtype(c10::ScalarType t) {
-  return t == c10::ScalarType::Float || t == c10::ScalarType::Double ||
-         t == c10::ScalarType::Half || t == c10::ScalarType::BFloat16;
-}
-
 std::string kernel_name(KernelFamily family, const Problem& p) {
   std::string name = kernel_family_name(family, p.direction);
   name += '.';
@@ -47,7 +42,7 @@ Status select(const Problem& p, Plan& plan) {
   for (c10::ScalarType t : {p.in_dtype, p.out_dtype})
     if (!is_supported_dtype(t))
       return Status::unsupported(std::string("dtype ") + c10::toString(t) +
-                                 " is not supported; accepted: float32, float16, bfloat16, float64");
+                                 " is not supported; " + kAcceptedDtypes);
   if (p.is_backward() && p.in_dtype != p.out_dtype)
     return Status::invalid("grad_output, output and grad_input must share one dtype");
   if (p.rank() > kMaxRank)
