@@ -184,7 +184,14 @@ def fits(case, direction, device):
     return need <= free, f"needs ~{need / GIB:.1f} GiB, {free / GIB:.1f} GiB free"
 
 
-def run_case(case, op, direction, device, name, copy):
+def ext_kernel(op, direction, dim, x):
+    """The softmax_ext kernel the case runs on (its plan)."""
+    import softmax_ext
+
+    return softmax_ext.plan(x, dim, kind=op, backward=direction == "backward").kernel
+
+
+def run_case(case, op, direction, device, name, copy, impls):
     gen = torch.Generator(device=device).manual_seed(0)
     x = case.make(device, gen)
     if direction == "forward":
@@ -199,6 +206,8 @@ def run_case(case, op, direction, device, name, copy):
     torch._dynamo.reset()
     rows = []
     for impl, make in peers.PEERS.items():
+        if impls and impl not in impls and impl != "torch":
+            continue
         result = measure(make, op, direction, case.dim, inputs, ref, device)
         if result is None:
             continue
@@ -207,7 +216,9 @@ def run_case(case, op, direction, device, name, copy):
                          dim=case.dim, impl=impl, ms=round(ms, 4) if ms else None,
                          gbs=round(nbytes / ms / 1e6, 1) if ms else None,
                          pct_copy=round(100 * nbytes / ms / 1e6 / copy, 1) if ms else None,
-                         speedup_vs_torch=None, status=status, note=note))
+                         speedup_vs_torch=None, status=status,
+                         kernel=ext_kernel(op, direction, case.dim, inputs[0]) if impl == "softmax_ext" else "",
+                         note=note))
     base = next(r["ms"] for r in rows if r["impl"] == "torch")
     for r in rows:
         r["speedup_vs_torch"] = round(base / r["ms"], 2) if r["ms"] else None
@@ -233,7 +244,8 @@ def print_table(rows):
         head = (f"{r['op']:11s} {r['direction']:8s} {r['dtype']:8s} {r['shape']:17s} {r['dim']:3d} "
                 f"{r['impl']:15s}")
         if r["status"] == "ok":
-            print(f"{head} {r['ms']:8.3f} {r['gbs']:7.1f} {r['pct_copy']:6.1f} {r['speedup_vs_torch']:7.2f}x")
+            print(f"{head} {r['ms']:8.3f} {r['gbs']:7.1f} {r['pct_copy']:6.1f} {r['speedup_vs_torch']:7.2f}x"
+                  f" {r['kernel']}")
         else:
             print(f"{head} {r['status'].upper():>8s}  {r['note']}")
 
@@ -247,6 +259,8 @@ def parse_args():
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
                         "(groups: last-axis, long-row, short-row, mid-axis, first-axis, transposed, vocab)")
+    parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
+                        "default: every available peer")
     parser.add_argument("--out", help="CSV path (default: benchmarks/results/<device-name>.csv)")
     args = parser.parse_args()
     for field, allowed in [("dtype", DTYPES), ("op", OPS), ("direction", DIRECTIONS)]:
@@ -277,7 +291,7 @@ def main():
             print(notes[-1])
             continue
         print(what, flush=True)
-        rows += run_case(case, op, direction, device, name, copy)
+        rows += run_case(case, op, direction, device, name, copy, args.impls.split(",") if args.impls else [])
     if not rows:
         print("nothing run: no case matches the filters")
         return

@@ -38,6 +38,7 @@ TORCH_LIBRARY(softmax_ext, m) {
   m.def("_plan(Tensor x, int dim, str kind, bool backward, ScalarType? dtype=None)"
         " -> (str, int, bool, str, int[])",
         &plan_info);
+  m.def("_limits(Tensor like, bool backward) -> (str[], int[])", &limits);
   m.def("_build_info() -> (str, str, int[])", &build_info);
 }
 

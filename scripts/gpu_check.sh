@@ -5,7 +5,9 @@
 #
 #   scripts/gpu_check.sh                 build + python -m softmax_ext + tests
 #   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck
-#   BENCH=1 scripts/gpu_check.sh         + benchmarks (when present)
+#   BENCH=1 scripts/gpu_check.sh         + benchmarks (BENCH_ARGS: their options)
+#   TESTS="tests/test_x.py" ...          which tests (default: all of tests/)
+#   MAIN=0 ...                           skip python -m softmax_ext
 # Logs go to $OUT (default /tmp/softmax_ext_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +28,20 @@ else
   exit 1
 fi
 
-python3 -m softmax_ext 2>&1 | tee "$OUT/main.log"
-summary+=("python -m softmax_ext: exit ${PIPESTATUS[0]}, $(tail -1 "$OUT/main.log")")
+# Registers and spills of every kernel (local memory means spills).
+so=$(ls softmax_ext/_C*.so | head -1)
+if command -v cuobjdump > /dev/null; then
+  cuobjdump --dump-resource-usage "$so" > "$OUT/resources.log" 2>&1
+  spilled=$(grep -cE "LOCAL:[1-9]" "$OUT/resources.log")
+  summary+=("kernels: $(grep -c 'REG:' "$OUT/resources.log"), with local memory (spills): $spilled, max REG: $(grep -oE 'REG:[0-9]+' "$OUT/resources.log" | cut -d: -f2 | sort -n | tail -1)")
+fi
 
-python3 -m pytest tests -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
+if [ "${MAIN:-1}" = 1 ]; then
+  python3 -m softmax_ext 2>&1 | tee "$OUT/main.log"
+  summary+=("python -m softmax_ext: exit ${PIPESTATUS[0]}, $(tail -1 "$OUT/main.log")")
+fi
+
+python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
 summary+=("tests: $(tail -1 "$OUT/tests.log")")
 
 if [ "${SANITIZE:-0}" = 1 ]; then
@@ -42,7 +54,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 
 if [ "${BENCH:-0}" = 1 ] && [ -f benchmarks/bench_softmax.py ]; then
-  python3 -m benchmarks.bench_softmax 2>&1 | tee "$OUT/bench.log" | tail -60
+  python3 -m benchmarks.bench_softmax ${BENCH_ARGS:-} --out "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" | tail -120
   summary+=("benchmark: exit ${PIPESTATUS[0]} (table in $OUT/bench.log)")
 fi
 

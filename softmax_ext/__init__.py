@@ -21,7 +21,7 @@ from . import nn
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
 from ._version import __version__
-from .plan import Plan, Problem, plan
+from .plan import Plan, Problem, plan, plan_limits
 
 __all__ = [
     "softmax",
@@ -29,6 +29,7 @@ __all__ = [
     "softmax_backward",
     "log_softmax_backward",
     "plan",
+    "plan_limits",
     "Plan",
     "Problem",
     "nn",

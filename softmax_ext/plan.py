@@ -47,3 +47,14 @@ def plan(
     rows, axis_size, axis_stride, inner, rank = p[:5]
     problem = Problem(rows, axis_size, axis_stride, inner, tuple(p[5 : 5 + rank]), tuple(p[5 + rank :]))
     return Plan(kernel, workspace, deterministic, getattr(torch, acc.lower()), problem)
+
+
+def plan_limits(x: torch.Tensor, backward: bool = False) -> dict:
+    """The axis-length thresholds the CUDA dispatcher applies to tensors like
+    `x` (its device and dtype): contiguous rows up to ``warp`` elements run on
+    the warp family, up to ``block`` on the block family, up to ``cluster`` on
+    a thread-block cluster (0 when the device has none), longer ones on the
+    split family; a strided axis up to ``strided`` on the strided family.
+    Empty for CPU tensors."""
+    names, values = torch.ops.softmax_ext._limits.default(x, backward)
+    return dict(zip(names, values))

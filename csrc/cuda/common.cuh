@@ -7,6 +7,7 @@
 // kernel family's .cu includes it and instantiates only what it uses.
 #pragma once
 
+#include "cuda/config.h"
 #include "plan/problem.h"
 
 #include <c10/util/BFloat16.h>
@@ -159,6 +160,30 @@ struct LogSoftmaxBackwardEpilogue {
   }
 };
 
+// The epilogues of one kind, so host code can pick them with one switch:
+// dispatch_kind(kind, [&](auto e) { kernel<decltype(e)::template Forward, ...> });
+struct SoftmaxEpilogues {
+  template <typename acc_t>
+  using Forward = SoftmaxForwardEpilogue<acc_t>;
+  template <typename acc_t>
+  using Backward = SoftmaxBackwardEpilogue<acc_t>;
+};
+struct LogSoftmaxEpilogues {
+  template <typename acc_t>
+  using Forward = LogSoftmaxForwardEpilogue<acc_t>;
+  template <typename acc_t>
+  using Backward = LogSoftmaxBackwardEpilogue<acc_t>;
+};
+
+template <typename F>
+void dispatch_kind(Kind kind, F&& f) {
+  if (kind == Kind::LogSoftmax) {
+    f(LogSoftmaxEpilogues{});
+  } else {
+    f(SoftmaxEpilogues{});
+  }
+}
+
 //////////////////////////////////////////////////////////////////////////////
 // Row offsets
 //////////////////////////////////////////////////////////////////////////////
@@ -299,5 +324,61 @@ void dispatch_floating_type(c10::ScalarType dtype, const char* where, F&& f) {
                                   "float64, float16 and bfloat16");
   }
 }
+
+// Calls f(TypeTag<in_t>{}, TypeTag<out_t>{}) for the (input, output) dtype
+// pairs the fast families are compiled for (has_fast_kernels in config.h).
+template <typename F>
+void dispatch_fast_pair(c10::ScalarType in, c10::ScalarType out, const char* where, F&& f) {
+  TORCH_INTERNAL_ASSERT(has_fast_kernels(in, out), where, ": no fast kernel for ", in, " -> ", out);
+  if (in == out) {
+    dispatch_floating_type(in, where, [&](auto tag) { f(tag, tag); });
+  } else {
+    dispatch_floating_type(in, where, [&](auto tag) { f(tag, TypeTag<float>{}); });
+  }
+}
+
+// True when every row of operand `slot` starts on a 16-byte boundary, so the
+// fragment views (fragment.cuh) of all rows have shift 0.
+inline bool rows_aligned(const Problem& p, Operand slot, const void* base, int64_t element_bytes) {
+  if (reinterpret_cast<uintptr_t>(base) % kVectorBytes != 0) return false;
+  for (int d = 0; d < p.batch_rank; ++d)
+    if (p.batch_stride[slot][d] * element_bytes % kVectorBytes != 0) return false;
+  return true;
+}
+
+// View positions a row may need beyond its length: the largest shift of a
+// row that does not start on a 16-byte boundary.
+inline int64_t view_slack(const Problem& p, Operand slot, const void* base, int64_t element_bytes) {
+  return rows_aligned(p, slot, base, element_bytes) ? 0 : pack_size(element_bytes) - 1;
+}
+
+inline int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Calls f(std::integral_constant<int, K>{}) for the compiled fragment size
+// K in {1, 2, 4, 8, 16} (K <= kMax) equal to `packs`.
+template <int kMax, typename F>
+void dispatch_packs(int packs, F&& f) {
+  auto one = [&](auto k) {
+    if constexpr (decltype(k)::value <= kMax) {
+      if (packs == decltype(k)::value) {
+        f(k);
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool done = one(std::integral_constant<int, 1>{}) || one(std::integral_constant<int, 2>{}) ||
+                    one(std::integral_constant<int, 4>{}) || one(std::integral_constant<int, 8>{}) ||
+                    one(std::integral_constant<int, 16>{});
+  TORCH_INTERNAL_ASSERT(done, "softmax_ext: no kernel for ", packs, " packs per thread");
+}
+
+// Double-precision accumulation (f64 output) halves the per-thread budget.
+template <typename out_t>
+inline constexpr bool is_double_acc_v = std::is_same_v<acc_type<out_t>, double>;
 
 }  // namespace softmax_ext::cuda

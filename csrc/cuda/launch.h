@@ -1,9 +1,11 @@
 // Host-side entry points of the CUDA kernels (defined in the .cu files).
-// Included by plan/run.cpp, which is compiled by the host compiler: nothing
-// CUDA-specific may appear here.
+// Included by plan/run.cpp and plan/select.cpp, which the host compiler
+// builds: nothing CUDA-specific may appear here.
 //
 // Each launcher runs on the current CUDA stream of the current device (the op
-// layer has set the device guard), checks the launch, and never synchronises.
+// layer has set the device guard), checks its launches, and never
+// synchronises or allocates; the split family gets its workspace from the
+// caller (the caching allocator).
 #pragma once
 
 #include "plan/plan.h"
@@ -13,5 +15,29 @@ namespace softmax_ext::cuda {
 // KernelFamily::kCudaReference: one block per row, any strides and dtypes.
 void reference_forward(const Problem& problem, const Buffers& buffers);
 void reference_backward(const Problem& problem, const Buffers& buffers);
+
+// KernelFamily::kCudaWarp: contiguous rows up to warp_capacity (config.h).
+void warp_forward(const Problem& problem, const Buffers& buffers);
+void warp_backward(const Problem& problem, const Buffers& buffers);
+
+// KernelFamily::kCudaBlock (max_cluster 1) and kCudaCluster (max_cluster > 1,
+// sm_90+): contiguous rows up to block_capacity / cluster_capacity.
+void block_forward(const Problem& problem, const Buffers& buffers, int max_cluster);
+void block_backward(const Problem& problem, const Buffers& buffers, int max_cluster);
+
+// KernelFamily::kCudaSplit: contiguous rows of any length; needs
+// split_workspace_bytes(problem) bytes of workspace.
+void split_forward(const Problem& problem, const Buffers& buffers, void* workspace);
+void split_backward(const Problem& problem, const Buffers& buffers, void* workspace);
+
+// KernelFamily::kCudaStrided: the axis strided, a contiguous inner run.
+void strided_forward(const Problem& problem, const Buffers& buffers, int max_cluster);
+void strided_backward(const Problem& problem, const Buffers& buffers, int max_cluster);
+
+// Device facts, cached per device: compute capability (major * 10 + minor),
+// and the largest thread-block cluster of 1024-thread blocks the kernels may
+// use there (1 where the device or this build has no cluster support).
+int device_arch(int device);
+int max_cluster_size(int device);
 
 }  // namespace softmax_ext::cuda

@@ -60,6 +60,7 @@ Plan make_plan(const char* op, Kind kind, Direction direction, const at::Tensor&
   Status status = describe(kind, direction, like.device().type(), in_dtype, out_dtype,
                            sizes_of(like), strides, axis, problem);
   if (!status.ok()) throw_status(op, status);
+  problem.device_index = like.is_cuda() ? like.device().index() : -1;
   Plan plan;
   status = select(problem, plan);
   if (!status.ok()) throw_status(op, status);

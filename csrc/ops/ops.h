@@ -24,6 +24,10 @@ using PlanInfo = std::tuple<std::string, int64_t, bool, std::string, std::vector
 PlanInfo plan_info(const at::Tensor& x, int64_t dim, c10::string_view kind, bool backward,
                    std::optional<c10::ScalarType> dtype);
 
+// The axis-length thresholds of select() for a tensor's device and dtype:
+// (names, values); empty for CPU tensors (plan/limits.cpp).
+std::tuple<std::vector<std::string>, std::vector<int64_t>> limits(const at::Tensor& like, bool backward);
+
 // (torch version built against, CUDA runtime version or "" for a CPU build,
 // compiled GPU architectures).
 std::tuple<std::string, std::string, std::vector<int64_t>> build_info();

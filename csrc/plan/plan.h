@@ -3,7 +3,7 @@
 //   describe()       tensors' shape/strides/dtypes -> Problem (coalesced)
 //   select()         Problem -> Plan, or Unsupported / InvalidProblem
 //   can_implement()  checks the concrete buffers against the plan
-//   workspace_size() bytes of scratch the plan needs (0 for every kernel yet)
+//   workspace_size() bytes of scratch the plan needs (the split family's partials)
 //   run()            launches the plan (CUDA: on the current stream)
 //
 // Every op goes through these steps in this order (ops/ops.cpp). Nothing here
@@ -43,6 +43,11 @@ enum class KernelFamily : uint8_t {
   kCpuInner,       // axis strided, contiguous inner run: SIMD across the inner dim
   kCpuStrided,     // anything else: scalar gather along the axis
   kCudaReference,  // one block per row, any strides, block reductions
+  kCudaWarp,       // contiguous short rows in a warp (or 1..16 lanes) of registers
+  kCudaBlock,      // contiguous rows in one block's registers
+  kCudaCluster,    // contiguous rows in a thread-block cluster's registers (sm_90+)
+  kCudaSplit,      // contiguous rows of any length: tiles, workspace, three kernels
+  kCudaStrided,    // strided axis with a contiguous inner run: column tiles
 };
 
 const char* kernel_family_name(KernelFamily f, Direction d);

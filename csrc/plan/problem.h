@@ -30,6 +30,7 @@ struct Problem {
   Kind kind = Kind::Softmax;
   Direction direction = Direction::Forward;
   c10::DeviceType device_type = c10::DeviceType::CPU;
+  int device_index = -1;  // CUDA: the device the kernels run on (its arch picks families)
   // Forward: in_dtype is x's dtype, out_dtype is y's (the `dtype=` argument).
   // Backward: both are the dtype shared by dy, y and dx.
   c10::ScalarType in_dtype = c10::ScalarType::Float;

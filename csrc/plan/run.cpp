@@ -11,18 +11,36 @@
 
 namespace softmax_ext {
 
-void run(const Plan& plan, const Buffers& buffers, void* /*workspace*/) {
+void run(const Plan& plan, const Buffers& buffers, void* workspace) {
   const Problem& p = plan.problem;
   if (p.numel() == 0) return;
+  const bool bw = p.is_backward();
   switch (plan.family) {
     case KernelFamily::kCpuLastDim: return cpu::run_lastdim(p, buffers);
     case KernelFamily::kCpuInner: return cpu::run_inner(p, buffers);
     case KernelFamily::kCpuStrided: return cpu::run_strided(p, buffers);
-    case KernelFamily::kCudaReference:
 #ifdef SOFTMAX_EXT_WITH_CUDA
-      return p.is_backward() ? cuda::reference_backward(p, buffers)
-                             : cuda::reference_forward(p, buffers);
+    case KernelFamily::kCudaReference:
+      return bw ? cuda::reference_backward(p, buffers) : cuda::reference_forward(p, buffers);
+    case KernelFamily::kCudaWarp:
+      return bw ? cuda::warp_backward(p, buffers) : cuda::warp_forward(p, buffers);
+    case KernelFamily::kCudaBlock:
+      return bw ? cuda::block_backward(p, buffers, 1) : cuda::block_forward(p, buffers, 1);
+    case KernelFamily::kCudaCluster: {
+      const int max_cluster = cuda::max_cluster_size(p.device_index);
+      return bw ? cuda::block_backward(p, buffers, max_cluster)
+                : cuda::block_forward(p, buffers, max_cluster);
+    }
+    case KernelFamily::kCudaSplit:
+      return bw ? cuda::split_backward(p, buffers, workspace)
+                : cuda::split_forward(p, buffers, workspace);
+    case KernelFamily::kCudaStrided: {
+      const int max_cluster = cuda::max_cluster_size(p.device_index);
+      return bw ? cuda::strided_backward(p, buffers, max_cluster)
+                : cuda::strided_forward(p, buffers, max_cluster);
+    }
 #else
+    default:
       break;
 #endif
   }

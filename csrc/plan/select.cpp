@@ -3,6 +3,11 @@
 
 #include "plan/plan.h"
 
+#ifdef SOFTMAX_EXT_WITH_CUDA
+#include "cuda/config.h"
+#include "cuda/launch.h"
+#endif
+
 #include <string>
 
 namespace softmax_ext {
@@ -25,6 +30,31 @@ KernelFamily select_cpu(const Problem& p) {
   return KernelFamily::kCpuStrided;
 }
 
+#ifdef SOFTMAX_EXT_WITH_CUDA
+// Contiguous rows by length: warp, block, cluster (sm_90+), then split. A
+// strided axis with an inner run goes to the strided family while a block or
+// cluster holds it. The capacities are config.h's; other dtype= pairs and
+// layouts run on the reference kernel.
+KernelFamily select_cuda(const Problem& p) {
+  if (!cuda::has_fast_kernels(p.in_dtype, p.out_dtype)) return KernelFamily::kCudaReference;
+  const bool dbl = p.acc_dtype() == c10::ScalarType::Double;
+  const bool bw = p.is_backward();
+  const int max_cluster = cuda::max_cluster_size(p.device_index);
+  const int64_t n = p.axis_size;
+  if (p.axis_contiguous()) {
+    if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
+    if (n <= cuda::block_capacity(dbl, bw)) return KernelFamily::kCudaBlock;
+    if (max_cluster > 1 && n <= cuda::cluster_capacity(dbl, bw, max_cluster))
+      return KernelFamily::kCudaCluster;
+    return KernelFamily::kCudaSplit;
+  }
+  if (p.inner_size() >= cuda::kStridedMinInner &&
+      n <= cuda::strided_block_capacity(dbl, bw, c10::elementSize(p.in_dtype)) * max_cluster)
+    return KernelFamily::kCudaStrided;
+  return KernelFamily::kCudaReference;
+}
+#endif
+
 }  // namespace
 
 const char* kernel_family_name(KernelFamily f, Direction d) {
@@ -34,6 +64,11 @@ const char* kernel_family_name(KernelFamily f, Direction d) {
     case KernelFamily::kCpuInner: return bw ? "cpu.inner_backward" : "cpu.inner";
     case KernelFamily::kCpuStrided: return bw ? "cpu.strided_backward" : "cpu.strided";
     case KernelFamily::kCudaReference: return bw ? "cuda.reference_backward" : "cuda.reference";
+    case KernelFamily::kCudaWarp: return bw ? "cuda.warp_backward" : "cuda.warp";
+    case KernelFamily::kCudaBlock: return bw ? "cuda.block_backward" : "cuda.block";
+    case KernelFamily::kCudaCluster: return bw ? "cuda.cluster_backward" : "cuda.cluster";
+    case KernelFamily::kCudaSplit: return bw ? "cuda.split_backward" : "cuda.split";
+    case KernelFamily::kCudaStrided: return bw ? "cuda.strided_backward" : "cuda.strided";
   }
   return "unknown";
 }
@@ -57,7 +92,7 @@ Status select(const Problem& p, Plan& plan) {
       break;
     case c10::DeviceType::CUDA:
 #ifdef SOFTMAX_EXT_WITH_CUDA
-      plan.family = KernelFamily::kCudaReference;
+      plan.family = select_cuda(p);
       break;
 #else
       return Status::unsupported(
@@ -81,8 +116,11 @@ Status can_implement(const Plan& plan, const Buffers& b) {
   return Status::success();
 }
 
-int64_t workspace_size(const Plan& /*plan*/) {
-  // No kernel family needs scratch memory yet; multi-block reductions will.
+int64_t workspace_size(const Plan& plan) {
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (plan.family == KernelFamily::kCudaSplit) return cuda::split_workspace_bytes(plan.problem);
+#endif
+  (void)plan;
   return 0;
 }
 

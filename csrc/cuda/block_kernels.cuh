@@ -1,0 +1,163 @@
+// Block and cluster families (KernelFamily::kCudaBlock, kCudaCluster): a
+// contiguous row held in the registers of one block (blockDim.x threads), or
+// of the `cluster_size` blocks of a thread-block cluster on sm_90+, which
+// exchange their partial statistics through distributed shared memory. Either
+// way global memory is read once and written once.
+//
+// Block b of a cluster holds view positions [b * C, (b + 1) * C) of the row,
+// C = blockDim.x * kPacks * P. Clusters walk the rows grid-stride; a cluster
+// of one block is the plain block family.
+#pragma once
+
+#include "cuda/common.cuh"
+#include "cuda/fragment.cuh"
+#include "cuda/reduce.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+namespace softmax_ext::cuda {
+
+// Host side (softmax_block.cu). The geometry for a row of `needed` view
+// positions, `per_thread` of them per thread, in clusters of at most
+// `max_cluster` blocks (1: the block family): a block just large enough for
+// the row, or clusters of 1024-thread blocks.
+struct BlockShape {
+  int threads;
+  int cluster_size;
+};
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster);
+
+// Launches `kernel` on the current stream over `rows` rows, as clusters of
+// shape.cluster_size blocks when that is above 1, and checks the launch.
+template <typename... Params, typename... Args>
+void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape,
+                       Args&&... args) {
+  const int c = shape.cluster_size;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c);
+  config.blockDim = dim3(shape.threads);
+  config.dynamicSmemBytes = 0;
+  config.stream = c10::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attribute{};
+  if (c > 1) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = c;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (c > kPortableClusterSize)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+struct ClusterRowLoop {
+  int cluster_size;
+  __device__ __forceinline__ int64_t start() const { return blockIdx.x / cluster_size; }
+  __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
+};
+
+template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    softmax_block_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
+                                 const RowIndexer<2> layout, const int cluster_size) {
+  using acc_t = acc_type<out_t>;
+  constexpr int P = kPack<in_t>;
+  __shared__ acc_t scratch[kWarpSize];
+  __shared__ MaxSum<acc_t> slot, combined;
+
+  const ClusterRowLoop loop{cluster_size};
+  const int64_t block_positions = int64_t{blockDim.x} * kPacks * P;
+  const int64_t first = cluster_rank() * block_positions + int64_t{threadIdx.x} * P;
+  const int64_t stride = int64_t{blockDim.x} * P;
+  bool arrive_pending = false;
+
+  for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
+    int64_t offset[2];
+    layout.row_offsets(row, offset);
+    const in_t* x_row = x + offset[0];
+    const RowView view = make_view(x_row, layout.axis_size, block_positions * cluster_size);
+
+    acc_t v[kPacks][P];
+    load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+    acc_t max = block_all_reduce(fragment_max(v), NanMax{}, neg_infinity<acc_t>(), scratch);
+    acc_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
+    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
+
+    if (cluster_size > 1) {
+      if (arrive_pending) cluster_wait();
+      if (threadIdx.x == 0) slot = {max, sum};
+      const MaxSum<acc_t> all = cluster_all_reduce(
+          &slot, cluster_size, MaxSum<acc_t>{neg_infinity<acc_t>(), acc_t(0)}, &combined,
+          [](MaxSum<acc_t> part) {
+            const acc_t m = warp_all_reduce(part.max, NanMax{});
+            return MaxSum<acc_t>{m, warp_all_reduce(rescaled_sum(part, m), Sum{})};
+          });
+      arrive_pending = true;
+      max = all.max;
+      sum = all.sum;
+    }
+
+    const Epilogue<acc_t> epilogue(max, sum);
+    store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+                                     [&](int k, int e) { return epilogue(v[k][e]); });
+  }
+  // Peers may still read this block's `slot`: stay until they are done.
+  if (arrive_pending) cluster_wait();
+}
+
+template <template <typename> class Epilogue, typename scalar_t, int kPacks>
+__global__ void __launch_bounds__(kMaxBlockThreads)
+    softmax_block_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
+                                  scalar_t* __restrict__ dx, const RowIndexer<3> layout,
+                                  const int cluster_size) {
+  using acc_t = acc_type<scalar_t>;
+  using Epi = Epilogue<acc_t>;
+  constexpr int P = kPack<scalar_t>;
+  __shared__ acc_t scratch[kWarpSize];
+  __shared__ acc_t slot, combined;
+
+  const ClusterRowLoop loop{cluster_size};
+  const int64_t block_positions = int64_t{blockDim.x} * kPacks * P;
+  const int64_t first = cluster_rank() * block_positions + int64_t{threadIdx.x} * P;
+  const int64_t stride = int64_t{blockDim.x} * P;
+  bool arrive_pending = false;
+
+  for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
+    int64_t offset[3];
+    layout.row_offsets(row, offset);
+    const RowView view = make_view(dy + offset[0], layout.axis_size, block_positions * cluster_size);
+
+    acc_t g[kPacks][P], v[kPacks][P];
+    load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
+    load_fragment<scalar_t>(y + offset[1], view, first, stride, v, acc_t(0));
+    acc_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g[k][e], v[k][e]);
+    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
+
+    if (cluster_size > 1) {
+      if (arrive_pending) cluster_wait();
+      if (threadIdx.x == 0) slot = sum;
+      sum = cluster_all_reduce(&slot, cluster_size, acc_t(0), &combined,
+                               [](acc_t part) { return warp_all_reduce(part, Sum{}); });
+      arrive_pending = true;
+    }
+
+    const Epi epilogue(sum);
+    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
+                                        [&](int k, int e) { return epilogue(g[k][e], v[k][e]); });
+  }
+  if (arrive_pending) cluster_wait();
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,119 @@
+// Launch geometry of the CUDA kernel families, shared by select() (host C++,
+// which picks a family from these capacities) and the launchers (which build
+// the launch from the same numbers). Plain C++: no CUDA types in here.
+//
+// Every threshold is a named constant; tests/test_thresholds.py checks each
+// family at its capacity and one past it.
+#pragma once
+
+#include "plan/problem.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace softmax_ext::cuda {
+
+// Bytes moved by one vector load or store: 16 (LDG.128 / STG.128).
+constexpr int kVectorBytes = 16;
+
+// Elements per vector ("pack") for an element size: 4 f32, 8 f16/bf16, 2 f64.
+constexpr int pack_size(int64_t element_bytes) { return kVectorBytes / static_cast<int>(element_bytes); }
+
+// Row elements each thread keeps in registers, as accumulator values. 32
+// floats (16 doubles) is the largest per-thread fragment that still lets a
+// 1024-thread block compile within 64 registers per thread without spilling
+// (ptxas -v on sm_90); the backward keeps dy and y, so half as many of each.
+constexpr int kRegisterFloats = 32;
+constexpr int elems_per_thread(bool double_acc, bool backward) {
+  return (double_acc ? kRegisterFloats / 2 : kRegisterFloats) / (backward ? 2 : 1);
+}
+
+// Warp family: a row lives in the registers of one warp, or of a 1..16-lane
+// slice of it when rows are tiny, so no lane idles on rows of 4..64 elements.
+constexpr int kWarpSize = 32;
+constexpr int64_t warp_capacity(bool double_acc, bool backward) {
+  return int64_t{kWarpSize} * elems_per_thread(double_acc, backward);
+}
+
+// Block family: a row lives in the registers of one block of up to 1024
+// threads (the hardware limit), one read and one write of global memory.
+constexpr int kMaxBlockThreads = 1024;
+// The smallest block the family launches; shorter rows are the warp family's.
+constexpr int kMinBlockThreads = 64;
+constexpr int64_t block_capacity(bool double_acc, bool backward) {
+  return int64_t{kMaxBlockThreads} * elems_per_thread(double_acc, backward);
+}
+
+// Cluster family (sm_90+): a row lives in the registers of a thread-block
+// cluster; blocks exchange partial (max, sum) through distributed shared
+// memory. 8 is the portable cluster limit; 16 needs the non-portable
+// attribute, which H100/H200 grant for 1024-thread blocks (queried at run
+// time: device_info.cu). Each block of a cluster is 1024 threads.
+constexpr int kPortableClusterSize = 8;
+constexpr int kMaxClusterSize = 16;
+constexpr int64_t cluster_capacity(bool double_acc, bool backward, int cluster_size) {
+  return block_capacity(double_acc, backward) * cluster_size;
+}
+
+// Split family (any length, any GPU): the row is cut into tiles of
+// kSplitThreads * elems_per_thread positions; kernel 1 writes each tile's
+// partial statistics to a workspace, kernel 2 combines a row's tiles in
+// order, kernel 3 normalises. x (dy and y) is read twice: the family for rows
+// no cluster can hold. 512-thread blocks let two tiles share an SM, so one
+// tile's loads overlap the other's reductions.
+constexpr int kSplitThreads = 512;
+constexpr int64_t split_tile(bool double_acc, bool backward) {
+  return int64_t{kSplitThreads} * elems_per_thread(double_acc, backward);
+}
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Strided family (the axis is not the fastest dim, but an inner run of
+// contiguous elements exists): a block holds a tile of W inner columns by the
+// axis, threads coalesced along the inner run, each thread `elems_per_thread`
+// values; a cluster extends the axis on sm_90+. W * element size is one
+// 128-byte line (fewer columns when the inner run is shorter). Inner runs
+// shorter than kStridedMinInner go to the reference kernel.
+constexpr int64_t kStridedMinInner = 4;
+constexpr int kStridedTileBytes = 128;
+constexpr int strided_tile_columns(int64_t element_bytes) {
+  return kStridedTileBytes / static_cast<int>(element_bytes);
+}
+// Axis positions one block holds with full-width tiles.
+constexpr int64_t strided_block_capacity(bool double_acc, bool backward, int64_t element_bytes) {
+  return int64_t{kMaxBlockThreads} * elems_per_thread(double_acc, backward) /
+         strided_tile_columns(element_bytes);
+}
+
+// The (input, output) dtype pairs the fast families are compiled for: the
+// four same-dtype pairs and f16/bf16 -> f32 (softmax(x, dtype=torch.float32)
+// of half inputs). Other `dtype=` pairs run on the reference kernel.
+constexpr bool has_fast_kernels(c10::ScalarType in, c10::ScalarType out) {
+  if (in == out) return true;
+  return out == c10::ScalarType::Float &&
+         (in == c10::ScalarType::Half || in == c10::ScalarType::BFloat16);
+}
+
+// Tiles per row of the split family. A row may start anywhere inside a
+// 16-byte vector (fragment.cuh), so the tiles cover length + pack - 1.
+inline int64_t split_tiles(const Problem& p) {
+  const bool dbl = p.out_dtype == c10::ScalarType::Double;
+  const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
+  return ceil_div(p.axis_size + pack - 1, split_tile(dbl, p.is_backward()));
+}
+
+// Workspace of the split family: one partial per tile (forward: max and sum;
+// backward: a sum), then one combined value per row, in accumulator type.
+inline int64_t split_value_bytes(const Problem& p) {
+  const int64_t acc = p.out_dtype == c10::ScalarType::Double ? 8 : 4;
+  return p.is_backward() ? acc : 2 * acc;
+}
+inline int64_t split_partials_bytes(const Problem& p) {
+  return ceil_div(p.rows * split_tiles(p) * split_value_bytes(p), kVectorBytes) * kVectorBytes;
+}
+inline int64_t split_workspace_bytes(const Problem& p) {
+  return split_partials_bytes(p) + p.rows * split_value_bytes(p);
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,37 @@
+// Block and cluster families, forward: geometry and instantiation (kernels in
+// block_kernels.cuh).
+
+#include "cuda/block_kernels.cuh"
+#include "cuda/launch.h"
+
+namespace softmax_ext::cuda {
+
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster) {
+  const int64_t threads = ceil_div(needed, per_thread);
+  if (threads <= kMaxBlockThreads || max_cluster <= 1) {
+    const int64_t warps = ceil_div(threads, kWarpSize);
+    return {static_cast<int>(std::clamp<int64_t>(warps * kWarpSize, kMinBlockThreads, kMaxBlockThreads)), 1};
+  }
+  const int64_t blocks = ceil_div(threads, kMaxBlockThreads);
+  return {kMaxBlockThreads, static_cast<int>(std::min<int64_t>(blocks, max_cluster))};
+}
+
+void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
+  const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
+  dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.block", [&](auto in_tag, auto out_tag) {
+    using in_t = typename decltype(in_tag)::type;
+    using out_t = typename decltype(out_tag)::type;
+    constexpr int P = kPack<in_t>;
+    constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
+    const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
+                                         kPacks * P, max_cluster);
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      launch_row_blocks(softmax_block_forward_kernel<E::template Forward, in_t, out_t, kPacks>, p.rows,
+                        shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
+                        shape.cluster_size);
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

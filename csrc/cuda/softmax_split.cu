@@ -1,0 +1,41 @@
+// Split family, forward: workspace layout and the three launches (kernels in
+// split_kernels.cuh).
+
+#include "cuda/launch.h"
+#include "cuda/split_kernels.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace softmax_ext::cuda {
+
+void split_forward(const Problem& p, const Buffers& b, void* workspace) {
+  const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
+  const int64_t tiles = split_tiles(p);
+  const unsigned int tile_grid = grid_for_rows(p.rows * tiles);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.split", [&](auto in_tag, auto out_tag) {
+    using in_t = typename decltype(in_tag)::type;
+    using out_t = typename decltype(out_tag)::type;
+    using acc_t = acc_type<out_t>;
+    constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / kPack<in_t>;
+    auto* partials = static_cast<MaxSum<acc_t>*>(workspace);
+    auto* totals = reinterpret_cast<MaxSum<acc_t>*>(static_cast<char*>(workspace) + split_partials_bytes(p));
+    const auto* x = static_cast<const in_t*>(b.in0);
+
+    softmax_split_stats_kernel<in_t, out_t, kPacks>
+        <<<tile_grid, kSplitThreads, 0, stream>>>(x, partials, layout, tiles);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    softmax_split_combine_kernel<acc_t>
+        <<<grid_for_rows(p.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, p.rows, tiles);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      softmax_split_apply_kernel<E::template Forward, in_t, out_t, kPacks>
+          <<<tile_grid, kSplitThreads, 0, stream>>>(x, static_cast<out_t*>(b.out), totals, layout, tiles);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,41 @@
+// Split family, backward: workspace layout and the three launches (kernels in
+// split_kernels.cuh).
+
+#include "cuda/launch.h"
+#include "cuda/split_kernels.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace softmax_ext::cuda {
+
+void split_backward(const Problem& p, const Buffers& b, void* workspace) {
+  const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
+  const int64_t tiles = split_tiles(p);
+  const unsigned int tile_grid = grid_for_rows(p.rows * tiles);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch_floating_type(p.out_dtype, "softmax_ext cuda.split_backward", [&](auto tag) {
+    using scalar_t = typename decltype(tag)::type;
+    using acc_t = acc_type<scalar_t>;
+    constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / kPack<scalar_t>;
+    auto* partials = static_cast<acc_t*>(workspace);
+    auto* totals = reinterpret_cast<acc_t*>(static_cast<char*>(workspace) + split_partials_bytes(p));
+    const auto* dy = static_cast<const scalar_t*>(b.in0);
+    const auto* y = static_cast<const scalar_t*>(b.in1);
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      softmax_split_backward_stats_kernel<E::template Backward, scalar_t, kPacks>
+          <<<tile_grid, kSplitThreads, 0, stream>>>(dy, y, partials, layout, tiles);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      softmax_split_backward_combine_kernel<acc_t>
+          <<<grid_for_rows(p.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, p.rows, tiles);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks>
+          <<<tile_grid, kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out), totals,
+                                                    layout, tiles);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

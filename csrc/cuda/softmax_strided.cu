@@ -1,0 +1,77 @@
+// Strided family, forward: tile geometry and instantiation (kernels in
+// strided_kernels.cuh).
+
+#include "cuda/block_kernels.cuh"
+#include "cuda/launch.h"
+#include "cuda/strided_kernels.cuh"
+
+#include <c10/core/ScalarType.h>
+
+namespace softmax_ext::cuda {
+namespace {
+
+// Vector accesses need every column pack 16-byte aligned in every operand:
+// base pointers, the axis stride and the outer strides.
+bool strided_aligned(const Problem& p, const Buffers& b) {
+  const void* bases[kNumOperands] = {b.in0, b.in1, b.out};
+  const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
+  for (int k : {kIn0, kIn1, kOut}) {
+    if (k == kIn1 && !p.is_backward()) continue;
+    const int64_t bytes = c10::elementSize(k == kOut ? p.out_dtype : p.in_dtype);
+    const int64_t align = std::min<int64_t>(kVectorBytes, pack * bytes);
+    if (reinterpret_cast<uintptr_t>(bases[k]) % align != 0) return false;
+    if (p.axis_stride[k] * bytes % align != 0) return false;
+    for (int d = 0; d + 1 < p.batch_rank; ++d)
+      if (p.batch_stride[k][d] * bytes % align != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster) {
+  const int64_t bytes = c10::elementSize(p.in_dtype);
+  StridedShape s{};
+  s.pack = strided_aligned(p, b) ? pack_size(bytes) : 1;
+  int64_t width = strided_tile_columns(bytes);
+  if (s.pack == 1) width = std::min<int64_t>(width, kWarpSize);
+  width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), s.pack));
+  s.columns = static_cast<int>(width / s.pack);
+  const int64_t axis_per_thread = per_thread / s.pack;
+  const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
+  const int64_t rows_max = kMaxBlockThreads / s.columns;
+  if (rows_needed <= rows_max) {
+    const int64_t rows_multiple = kWarpSize / s.columns;
+    s.threads = static_cast<int>(ceil_div(rows_needed, rows_multiple) * rows_multiple * s.columns);
+    s.cluster_size = 1;
+  } else {
+    s.threads = kMaxBlockThreads;
+    s.cluster_size = static_cast<int>(ceil_div(rows_needed, rows_max));
+    TORCH_INTERNAL_ASSERT(s.cluster_size <= max_cluster, "softmax_ext cuda.strided: axis of ",
+                          p.axis_size, " needs a cluster of ", s.cluster_size);
+  }
+  return s;
+}
+
+void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
+  const auto layout = make_strided_layout<2>(p, {kIn0, kOut});
+  dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.strided", [&](auto in_tag, auto out_tag) {
+    using in_t = typename decltype(in_tag)::type;
+    using out_t = typename decltype(out_tag)::type;
+    constexpr int kPerThread = elems_per_thread(is_double_acc_v<out_t>, false);
+    const StridedShape shape = strided_shape(p, b, kPerThread, max_cluster);
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      dispatch_strided_pack<in_t>(shape, [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
+        launch_row_blocks(softmax_strided_forward_kernel<E::template Forward, in_t, out_t, P, kPerThread / P>,
+                          tiles, BlockShape{shape.threads, shape.cluster_size},
+                          static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
+                          shape.columns, shape.cluster_size);
+      });
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

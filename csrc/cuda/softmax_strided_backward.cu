@@ -1,0 +1,30 @@
+// Strided family, backward: instantiation (kernels in strided_kernels.cuh,
+// geometry in softmax_strided.cu).
+
+#include "cuda/block_kernels.cuh"
+#include "cuda/launch.h"
+#include "cuda/strided_kernels.cuh"
+
+namespace softmax_ext::cuda {
+
+void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
+  const auto layout = make_strided_layout<3>(p, {kIn0, kIn1, kOut});
+  dispatch_floating_type(p.out_dtype, "softmax_ext cuda.strided_backward", [&](auto tag) {
+    using scalar_t = typename decltype(tag)::type;
+    constexpr int kPerThread = elems_per_thread(is_double_acc_v<scalar_t>, true);
+    const StridedShape shape = strided_shape(p, b, kPerThread, max_cluster);
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      dispatch_strided_pack<scalar_t>(shape, [&](auto pack) {
+        constexpr int P = decltype(pack)::value;
+        const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
+        launch_row_blocks(softmax_strided_backward_kernel<E::template Backward, scalar_t, P, kPerThread / P>,
+                          tiles, BlockShape{shape.threads, shape.cluster_size},
+                          static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
+                          static_cast<scalar_t*>(b.out), layout, shape.columns, shape.cluster_size);
+      });
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,45 @@
+// Warp family, forward: launch geometry and instantiation (kernels in
+// warp_kernels.cuh).
+
+#include "cuda/launch.h"
+#include "cuda/warp_kernels.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace softmax_ext::cuda {
+
+WarpShape warp_shape(int64_t needed, int pack, int max_packs) {
+  const int64_t lanes = ceil_div(needed, pack);
+  if (lanes <= kWarpSize / 2) return {static_cast<int>(next_pow2(lanes)), 1};
+  const int64_t packs = next_pow2(ceil_div(needed, int64_t{kWarpSize} * pack));
+  return {kWarpSize, static_cast<int>(std::min<int64_t>(packs, max_packs))};
+}
+
+unsigned int warp_grid(int64_t rows, int group) {
+  return grid_for_rows(ceil_div(rows, kWarpBlockThreads / group));
+}
+
+void warp_forward(const Problem& p, const Buffers& b) {
+  const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
+  dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.warp", [&](auto in_tag, auto out_tag) {
+    using in_t = typename decltype(in_tag)::type;
+    using out_t = typename decltype(out_tag)::type;
+    constexpr int P = kPack<in_t>;
+    constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
+    const WarpShape shape =
+        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks);
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      using E = decltype(epilogues);
+      dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
+        softmax_warp_forward_kernel<E::template Forward, in_t, out_t, decltype(packs)::value>
+            <<<warp_grid(p.rows, shape.group), kWarpBlockThreads, 0,
+               c10::cuda::getCurrentCUDAStream()>>>(static_cast<const in_t*>(b.in0),
+                                                    static_cast<out_t*>(b.out), layout, shape.group);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  });
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,303 @@
+"""The CUDA kernel families and their plan thresholds.
+
+For every family: the threshold values select() applies (softmax_ext.plan_limits)
+are the documented ones, and an axis length at each threshold and one past it
+both picks the expected kernel and gives the float64 reference's values, in
+softmax and log_softmax, forward and backward. Plus the cases the families are
+built for: rows that start off a 16-byte boundary, rows with a block's worth of
+-inf, tiny rows sharing a warp, non-last axes, bit-identical reruns, CUDA-graph
+replay of every family, and a tensor of more than 2^31 elements."""
+
+import pytest
+import torch
+
+from conftest import (
+    BACKWARD_TOLERANCES,
+    TOLERANCES,
+    assert_close_verbose,
+    custom_op,
+    make_backward_inputs,
+    make_input,
+    ours,
+    reference_backward,
+    reference_forward,
+    requires_cuda,
+)
+
+pytestmark = requires_cuda
+
+TAGS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}
+KINDS = ["softmax", "log_softmax"]
+
+
+def register_floats(dtype, backward):
+    """Row elements a thread keeps in registers (csrc/cuda/config.h)."""
+    per = 16 if dtype == torch.float64 else 32
+    return per // 2 if backward else per
+
+
+def expected_limits(dtype, backward, max_cluster):
+    e = register_floats(dtype, backward)
+    tile_columns = 128 // torch.empty((), dtype=dtype).element_size()
+    return {
+        "warp": 32 * e,
+        "block": 1024 * e,
+        "cluster": 1024 * e * max_cluster if max_cluster > 1 else 0,
+        "strided": 1024 * e // tile_columns * max_cluster,
+        "split_tile": 512 * e,
+        "strided_min_inner": 4,
+    }
+
+
+def tolerances(name, dtype, n):
+    """Softmax values are ~1/n: scale the absolute tolerance with them so the
+    check still bites on long rows."""
+    table = BACKWARD_TOLERANCES if name.endswith("backward") else TOLERANCES
+    tol = dict(table[dtype])
+    if name.startswith("softmax"):
+        tol["atol"] = tol["atol"] / max(n, 1)
+    return tol
+
+
+def check_family(kind, dtype, shape, dim, expected, backward=False, x=None):
+    import softmax_ext
+
+    n = shape[dim]
+    if backward:
+        name = kind + "_backward"
+        dy, y = make_backward_inputs(name, shape, dim, dtype, "cuda")
+        plan = softmax_ext.plan(dy, dim, kind=kind, backward=True)
+        out = ours(name)(dy, y, dim)
+        ref = reference_backward(name, dy, y, dim)
+    else:
+        name = kind
+        x = make_input(shape, dtype, "cuda") if x is None else x
+        plan = softmax_ext.plan(x, dim, kind=kind)
+        out = ours(name)(x, dim)
+        ref = reference_forward(name, x, dim)
+    assert plan.kernel == f"{expected}.{TAGS[dtype]}", f"{shape} dim={dim}: {plan.kernel}"
+    assert_close_verbose(out, ref, msg=f"{name} {shape} dim={dim} {plan.kernel}", **tolerances(name, dtype, n))
+
+
+@pytest.fixture(scope="module")
+def max_cluster():
+    import softmax_ext
+
+    return softmax_ext.plan_limits(torch.empty(1, device="cuda"))["max_cluster_size"]
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dtype", list(TAGS), ids=list(TAGS.values()))
+def test_limit_values(sx, dtype, backward, max_cluster):
+    limits = sx.plan_limits(torch.empty(1, dtype=dtype, device="cuda"), backward=backward)
+    expected = expected_limits(dtype, backward, max_cluster)
+    for key, value in expected.items():
+        assert limits[key] == value, f"{key}: {limits[key]} != {value}"
+    major, _ = torch.cuda.get_device_capability()
+    assert (max_cluster > 1) == (major >= 9), max_cluster
+    assert sx.plan_limits(torch.empty(1, dtype=dtype)) == {}
+
+
+def contiguous_cases(dtype, backward, max_cluster):
+    lim = expected_limits(dtype, backward, max_cluster)
+    bw = "_backward" if backward else ""
+    big = "cuda.cluster" if max_cluster > 1 else "cuda.split"
+    cases = [
+        (1, "cuda.warp"), (lim["warp"], "cuda.warp"),
+        (lim["warp"] + 1, "cuda.block"), (lim["block"], "cuda.block"),
+        (lim["block"] + 1, big),
+    ]
+    if max_cluster > 1:
+        cases += [(lim["cluster"], "cuda.cluster"), (lim["cluster"] + 1, "cuda.split")]
+    return [(n, family + bw) for n, family in cases]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
+    for n, family in contiguous_cases(dtype, backward, max_cluster):
+        rows = 3 if n * 3 <= 1 << 22 else 1
+        check_family(kind, dtype, (rows, n), -1, family, backward)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_strided_thresholds(kind, dtype, backward, max_cluster):
+    lim = expected_limits(dtype, backward, max_cluster)
+    bw = "_backward" if backward else ""
+    for n, family in [(2, "cuda.strided"), (lim["strided"], "cuda.strided"), (lim["strided"] + 1, "cuda.reference")]:
+        check_family(kind, dtype, (n, 64), 0, family + bw, backward)
+    # the inner run: from strided_min_inner columns up
+    inner = lim["strided_min_inner"]
+    check_family(kind, dtype, (100, inner), 0, "cuda.strided" + bw, backward)
+    check_family(kind, dtype, (100, inner - 1), 0, "cuda.reference" + bw, backward)
+
+
+WARP_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 500,
+                512, 513, 768, 1000, 1023, 1024]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=["f32", "f16", "f64"])
+def test_warp_lengths_and_offsets(dtype):
+    """Every lane-group size, and rows starting at every offset within a 16-byte vector."""
+    cap = expected_limits(dtype, False, 1)["warp"]
+    for n in [n for n in WARP_LENGTHS if n <= cap]:
+        for start in (0, 1, 3):
+            base = make_input((37, n + start + 2), dtype, "cuda", seed=n)
+            x = base[:, start : start + n]
+            for kind in KINDS:
+                out = ours(kind)(x, -1)
+                assert_close_verbose(out, reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                                     **tolerances(kind, dtype, n))
+
+
+@pytest.mark.parametrize("n", [1500, 4097, 20000, 40000, 100003])
+@pytest.mark.parametrize("start", [0, 1, 5])
+def test_unaligned_rows_long(n, start):
+    """Block, cluster and split rows whose starts are not 16-byte aligned, in every operand."""
+    base = make_input((3, n + 8), torch.bfloat16, "cuda", seed=n)
+    x = base[:, start : start + n]
+    for kind in KINDS:
+        out = ours(kind)(x, -1)
+        assert_close_verbose(out, reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                             **tolerances(kind, torch.bfloat16, n))
+        y = ours(kind)(x.float(), -1)
+        g_base = make_input((3, n + 8), torch.float32, "cuda", seed=n + 1)
+        dy = g_base[:, start : start + n]
+        name = kind + "_backward"
+        dx = ours(name)(dy, y, -1)
+        assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} start={start}",
+                             **tolerances(name, torch.float32, n))
+
+
+@pytest.mark.parametrize("n", [100, 5000, 70000, 600000])
+@pytest.mark.parametrize("kind", KINDS)
+def test_inf_nan_spread_over_blocks(n, kind):
+    """Partials of a block or tile holding only -inf must not poison the row
+    (they add 0); a NaN or +inf anywhere makes the row NaN, as in torch."""
+    x = make_input((4, n), torch.float32, "cuda")
+    x[0, : n * 3 // 4] = float("-inf")  # whole blocks / tiles of -inf, finite tail
+    x[1, :] = float("-inf")  # all -inf: NaN row
+    x[2, n // 2] = float("nan")
+    x[3, n - 1] = float("inf")
+    out = ours(kind)(x, -1)
+    ref = getattr(torch, kind)(x.double(), -1)
+    assert torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
+    assert torch.equal(torch.isnan(out[3]), torch.isnan(ref[3]))
+    tail = x[0, n * 3 // 4 :]
+    assert_close_verbose(out[0, n * 3 // 4 :], getattr(torch, kind)(tail.double(), -1).float(), msg=f"{kind} -inf head",
+                         **tolerances(kind, torch.float32, n // 4))
+    if kind == "softmax":
+        assert (out[0, : n * 3 // 4] == 0).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((32, 1024, 64), 1), ((8, 3000, 33), 1), ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_strided_shapes(kind, shape, dim, dtype):
+    x = make_input(shape, dtype, "cuda")
+    out = ours(kind)(x, dim)
+    assert_close_verbose(out, reference_forward(kind, x, dim), msg=f"{kind} {shape} dim={dim}",
+                         **tolerances(kind, dtype, shape[dim]))
+    xt = make_input(tuple(reversed(shape)), dtype, "cuda").permute(*reversed(range(len(shape))))
+    out = ours(kind)(xt, dim)
+    assert_close_verbose(out, reference_forward(kind, xt, dim), msg=f"{kind} permuted {shape} dim={dim}",
+                         **tolerances(kind, dtype, shape[dim]))
+    name = kind + "_backward"
+    dy, y = make_backward_inputs(name, shape, dim, dtype, "cuda")
+    assert_close_verbose(ours(name)(dy, y, dim), reference_backward(name, dy, y, dim), msg=f"{name} {shape}",
+                         **tolerances(name, dtype, shape[dim]))
+
+
+@pytest.mark.parametrize("n", [64, 4096, 50000, 300000, 2000000])
+def test_dtype_argument_fast_and_reference(sx, n):
+    """bf16 -> f32 runs on the fast families; f32 -> bf16 on the reference one."""
+    x = make_input((2, n), torch.bfloat16, "cuda")
+    assert not sx.plan(x, -1, dtype=torch.float32).kernel.startswith("cuda.reference")
+    for kind in KINDS:
+        out = ours(kind)(x, -1, dtype=torch.float32)
+        assert out.dtype == torch.float32
+        assert_close_verbose(out, reference_forward(kind, x, -1, torch.float32), msg=f"{kind} bf16->f32 n={n}",
+                             **tolerances(kind, torch.float32, n))
+    xf = make_input((2, n), torch.float32, "cuda")
+    assert sx.plan(xf, -1, dtype=torch.bfloat16).kernel.startswith("cuda.reference")
+
+
+@pytest.mark.parametrize(
+    "shape,dim",
+    [((4096, 100), -1), ((64, 20000), -1), ((8, 200000), -1), ((1, 3_000_000), -1), ((64, 512, 32), 1),
+     ((16, 3000, 16), 1)],
+)
+def test_bit_identical_reruns(shape, dim):
+    x = make_input(shape, torch.float32, "cuda")
+    dy = make_input(shape, torch.float32, "cuda", seed=3)
+    for kind in KINDS:
+        first = ours(kind)(x, dim)
+        g1 = ours(kind + "_backward")(dy, first, dim)
+        for _ in range(3):
+            assert torch.equal(ours(kind)(x, dim), first)
+            assert torch.equal(ours(kind + "_backward")(dy, first, dim), g1)
+
+
+@pytest.mark.parametrize(
+    "shape,dim", [((256, 700), -1), ((16, 9000), -1), ((4, 100000), -1), ((2, 1_500_000), -1), ((8, 2048, 64), 1)]
+)
+def test_graph_replay_every_family(sx, shape, dim):
+    static_x = make_input(shape, torch.float32, "cuda", seed=1)
+    static_dy = make_input(shape, torch.float32, "cuda", seed=2)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            y = sx.log_softmax(static_x, dim)
+            sx.log_softmax_backward(static_dy, y, dim)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = sx.log_softmax(static_x, dim)
+        static_dx = sx.log_softmax_backward(static_dy, static_y, dim)
+    for seed in (5, 6):
+        static_x.copy_(make_input(shape, torch.float32, "cuda", seed=seed))
+        g.replay()
+        torch.cuda.synchronize()
+        ref_y = reference_forward("log_softmax", static_x, dim)
+        assert_close_verbose(static_y, ref_y, msg=f"graph {shape}", **TOLERANCES[torch.float32])
+        assert_close_verbose(static_dx, reference_backward("log_softmax_backward", static_dy, static_y, dim),
+                             msg=f"graph backward {shape}", **BACKWARD_TOLERANCES[torch.float32])
+
+
+def _free_gib():
+    free, _ = torch.cuda.mem_get_info()
+    return free / 2**30
+
+
+@pytest.mark.parametrize("shape", [(2**21 + 3, 1024), (1, 2**31 + 40)], ids=["many_rows", "one_row"])
+def test_more_than_2_31_elements(shape):
+    """64-bit offsets: bf16 tensors of more than 2^31 elements (warp and split
+    families); the rows past the 2^31st element are checked against torch."""
+    numel = shape[0] * shape[1]
+    if _free_gib() < numel * 2 * 3 / 2**30 + 2:
+        pytest.skip("not enough GPU memory")
+    torch.cuda.empty_cache()
+    x = torch.empty(shape, dtype=torch.bfloat16, device="cuda")
+    x.view(-1)[: 2**30].normal_(0, 2)
+    x.view(-1)[2**30 :].normal_(0, 3)
+    y = custom_op("log_softmax")(x, -1)
+    if shape[0] > 1:
+        tail = x[-5:]
+        ref = torch.log_softmax(tail.double(), -1).to(torch.bfloat16)
+        assert torch.allclose(y[-5:].float(), ref.float(), atol=1e-4, rtol=1.6e-2)
+        head = torch.log_softmax(x[:3].double(), -1).to(torch.bfloat16)
+        assert torch.allclose(y[:3].float(), head.float(), atol=1e-4, rtol=1.6e-2)
+    else:
+        ref_lse = torch.logsumexp(torch.stack([c.double().logsumexp(0) for c in x.view(-1).split(2**28)]), 0)
+        idx = torch.tensor([0, 2**31 - 1, 2**31, 2**31 + 39], device="cuda")
+        ref = (x.view(-1)[idx].double() - ref_lse).to(torch.bfloat16)
+        assert torch.allclose(y.view(-1)[idx].float(), ref.float(), atol=1e-4, rtol=1.6e-2), (y.view(-1)[idx], ref)
+    del x, y
+    torch.cuda.empty_cache()
