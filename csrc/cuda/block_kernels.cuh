@@ -20,14 +20,15 @@
 namespace softmax_ext::cuda {
 
 // Host side (softmax_block.cu). The geometry for a row of `needed` view
-// positions, `per_thread` of them per thread, in clusters of at most
-// `max_cluster` blocks (1: the block family): a block just large enough for
-// the row, or clusters of 1024-thread blocks.
+// positions, `per_thread` of them per thread, on a device whose largest
+// cluster is `device_cluster`, with at most `max_cluster` blocks per row (1:
+// the block family): a block just large enough for the row, or a cluster of
+// 512-thread blocks, of 1024-thread blocks when 512 cannot hold the row.
 struct BlockShape {
   int threads;
   int cluster_size;
 };
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster);
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster);
 
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
 // shape.cluster_size blocks when that is above 1, and checks the launch.
@@ -66,46 +67,33 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                  const RowIndexer<2> layout, const int cluster_size) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
-  __shared__ acc_t scratch[kWarpSize];
+  __shared__ MaxSum<acc_t> scratch[kWarpSize];
   __shared__ MaxSum<acc_t> slot, combined;
 
   const ClusterRowLoop loop{cluster_size};
-  const int64_t block_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t first = cluster_rank() * block_positions + int64_t{threadIdx.x} * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const int block_positions = blockDim.x * kPacks * P;
+  const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
+  const int stride = blockDim.x * P;
   bool arrive_pending = false;
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
     const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, block_positions * cluster_size);
+    const RowView view = make_view(x_row, layout.axis_size, int64_t{block_positions} * cluster_size);
 
     acc_t v[kPacks][P];
     load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
-    acc_t max = block_all_reduce(fragment_max(v), NanMax{}, neg_infinity<acc_t>(), scratch);
-    acc_t sum = 0;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-      for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
-
+    MaxSum<acc_t> stats = block_all_reduce(fragment_stats(v), CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     if (cluster_size > 1) {
       if (arrive_pending) cluster_wait();
-      if (threadIdx.x == 0) slot = {max, sum};
-      const MaxSum<acc_t> all = cluster_all_reduce(
-          &slot, cluster_size, MaxSum<acc_t>{neg_infinity<acc_t>(), acc_t(0)}, &combined,
-          [](MaxSum<acc_t> part) {
-            const acc_t m = warp_all_reduce(part.max, NanMax{});
-            return MaxSum<acc_t>{m, warp_all_reduce(rescaled_sum(part, m), Sum{})};
-          });
+      if (threadIdx.x == 0) slot = stats;
+      stats = cluster_all_reduce(&slot, cluster_size, empty_stats<acc_t>(), &combined,
+                                 [](MaxSum<acc_t> part) { return warp_all_reduce(part, CombineMaxSum{}); });
       arrive_pending = true;
-      max = all.max;
-      sum = all.sum;
     }
 
-    const Epilogue<acc_t> epilogue(max, sum);
+    const Epilogue<acc_t> epilogue(stats.max, stats.sum);
     store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
                                      [&](int k, int e) { return epilogue(v[k][e]); });
   }
@@ -125,15 +113,15 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   __shared__ acc_t slot, combined;
 
   const ClusterRowLoop loop{cluster_size};
-  const int64_t block_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t first = cluster_rank() * block_positions + int64_t{threadIdx.x} * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const int block_positions = blockDim.x * kPacks * P;
+  const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
+  const int stride = blockDim.x * P;
   bool arrive_pending = false;
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[3];
     layout.row_offsets(row, offset);
-    const RowView view = make_view(dy + offset[0], layout.axis_size, block_positions * cluster_size);
+    const RowView view = make_view(dy + offset[0], layout.axis_size, int64_t{block_positions} * cluster_size);
 
     acc_t g[kPacks][P], v[kPacks][P];
     load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));

@@ -108,14 +108,17 @@ struct Sum {
 // the row), -inf - -inf (all -inf row) and inf - inf (+inf in the row) all
 // give NaN sums, hence NaN rows. Subtracting the max first keeps inputs near
 // the float limits from overflowing.
+// One division per row: elements are scaled by 1 / sum (within an ulp of a
+// per-element division, and no division subroutine in the register-bound
+// kernels).
 template <typename acc_t>
 struct SoftmaxForwardEpilogue {
   acc_t max;
-  acc_t sum;
+  acc_t inv_sum;
   __device__ __forceinline__ SoftmaxForwardEpilogue(acc_t row_max, acc_t row_sum)
-      : max(row_max), sum(row_sum) {}
+      : max(row_max), inv_sum(acc_t(1) / row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t x) const {
-    return acc_exp(x - max) / sum;
+    return acc_exp(x - max) * inv_sum;
   }
 };
 
@@ -332,8 +335,10 @@ void dispatch_fast_pair(c10::ScalarType in, c10::ScalarType out, const char* whe
   TORCH_INTERNAL_ASSERT(has_fast_kernels(in, out), where, ": no fast kernel for ", in, " -> ", out);
   if (in == out) {
     dispatch_floating_type(in, where, [&](auto tag) { f(tag, tag); });
+  } else if (in == c10::ScalarType::Half) {
+    f(TypeTag<c10::Half>{}, TypeTag<float>{});
   } else {
-    dispatch_floating_type(in, where, [&](auto tag) { f(tag, TypeTag<float>{}); });
+    f(TypeTag<c10::BFloat16>{}, TypeTag<float>{});
   }
 }
 

@@ -37,24 +37,32 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
   return int64_t{kWarpSize} * elems_per_thread(double_acc, backward);
 }
 
-// Block family: a row lives in the registers of one block of up to 1024
-// threads (the hardware limit), one read and one write of global memory.
+// Block family: a row lives in the registers of one block, one read and one
+// write of global memory. Where clusters exist (sm_90+) a block has at most
+// 512 threads, so two blocks share an SM and one's loads overlap the other's
+// reductions (1024-thread blocks, one per SM, reached 69% of the copy
+// bandwidth on 16384-float rows backward on H100; benchmarks/bench_softmax);
+// longer rows go to a cluster. Without clusters a block grows to the
+// hardware's 1024 threads before the split family takes over.
 constexpr int kMaxBlockThreads = 1024;
+constexpr int kClusterBlockThreads = 512;
+constexpr int max_block_threads(bool clusters) { return clusters ? kClusterBlockThreads : kMaxBlockThreads; }
 // The smallest block the family launches; shorter rows are the warp family's.
 constexpr int kMinBlockThreads = 64;
-constexpr int64_t block_capacity(bool double_acc, bool backward) {
-  return int64_t{kMaxBlockThreads} * elems_per_thread(double_acc, backward);
+constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) {
+  return int64_t{max_block_threads(clusters)} * elems_per_thread(double_acc, backward);
 }
 
 // Cluster family (sm_90+): a row lives in the registers of a thread-block
 // cluster; blocks exchange partial (max, sum) through distributed shared
 // memory. 8 is the portable cluster limit; 16 needs the non-portable
 // attribute, which H100/H200 grant for 1024-thread blocks (queried at run
-// time: device_info.cu). Each block of a cluster is 1024 threads.
+// time: device_info.cu). Blocks have 512 threads while the cluster size
+// allows, 1024 for the longest rows.
 constexpr int kPortableClusterSize = 8;
 constexpr int kMaxClusterSize = 16;
 constexpr int64_t cluster_capacity(bool double_acc, bool backward, int cluster_size) {
-  return block_capacity(double_acc, backward) * cluster_size;
+  return int64_t{kMaxBlockThreads} * elems_per_thread(double_acc, backward) * cluster_size;
 }
 
 // Split family (any length, any GPU): the row is cut into tiles of
@@ -80,9 +88,11 @@ constexpr int kStridedTileBytes = 128;
 constexpr int strided_tile_columns(int64_t element_bytes) {
   return kStridedTileBytes / static_cast<int>(element_bytes);
 }
-// Axis positions one block holds with full-width tiles.
-constexpr int64_t strided_block_capacity(bool double_acc, bool backward, int64_t element_bytes) {
-  return int64_t{kMaxBlockThreads} * elems_per_thread(double_acc, backward) /
+// Axis positions one block holds with full-width tiles (blocks sized as in
+// the block family).
+constexpr int64_t strided_block_capacity(bool double_acc, bool backward, int64_t element_bytes,
+                                         bool clusters) {
+  return int64_t{max_block_threads(clusters)} * elems_per_thread(double_acc, backward) /
          strided_tile_columns(element_bytes);
 }
 

@@ -14,32 +14,6 @@
 
 namespace softmax_ext::cuda {
 
-// Butterfly all-reduce over aligned groups of `width` lanes (a power of two
-// <= 32): every lane of a group ends with the group's result. All 32 lanes of
-// the warp must call it.
-template <typename T, typename Op>
-__device__ __forceinline__ T warp_all_reduce(T value, Op op, int width = 32) {
-  for (int offset = width / 2; offset > 0; offset /= 2)
-    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-
-// All-reduce over a 1-D block of any multiple of 32 threads (<= 1024); every
-// thread gets the result. `scratch` is 32 values of shared memory, free on
-// entry and free again on return.
-template <typename T, typename Op>
-__device__ __forceinline__ T block_all_reduce(T value, Op op, T identity, T* scratch) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  value = warp_all_reduce(value, op);
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  value = lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : identity;
-  value = warp_all_reduce(value, op);
-  __syncthreads();
-  return value;
-}
-
 // exp(x - max) for the row sum. An element equal to -inf adds 0, also when the
 // max is -inf: a block or lane whose elements are all -inf (or padding) then
 // contributes (max -inf, sum 0) to the combination below. A row of only -inf
@@ -69,9 +43,68 @@ __device__ __forceinline__ MaxSum<acc_t> combine(const MaxSum<acc_t>& a, const M
   return {max, rescaled_sum(a, max) + rescaled_sum(b, max)};
 }
 
+struct CombineMaxSum {
+  template <typename acc_t>
+  __device__ __forceinline__ MaxSum<acc_t> operator()(const MaxSum<acc_t>& a, const MaxSum<acc_t>& b) const {
+    return combine(a, b);
+  }
+};
+
+// A partial of values v[k][e] (padding -inf): their max and sum(exp(v - max)).
+template <int kPacks, int P, typename acc_t>
+__device__ __forceinline__ MaxSum<acc_t> fragment_stats(const acc_t (&v)[kPacks][P]) {
+  acc_t max = neg_infinity<acc_t>();
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) max = NanMax{}(max, v[k][e]);
+  acc_t sum = 0;
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
+  return {max, sum};
+}
+
+template <typename acc_t>
+__device__ __forceinline__ MaxSum<acc_t> empty_stats() {
+  return {neg_infinity<acc_t>(), acc_t(0)};
+}
+
+// __shfl_xor_sync for the reduced types: scalars and MaxSum pairs.
+template <typename T>
+__device__ __forceinline__ T shfl_xor(T v, int offset) {
+  return __shfl_xor_sync(0xffffffffu, v, offset);
+}
 template <typename acc_t>
 __device__ __forceinline__ MaxSum<acc_t> shfl_xor(const MaxSum<acc_t>& v, int offset) {
   return {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
+}
+
+// Butterfly all-reduce over aligned groups of `width` lanes (a power of two
+// <= 32): every lane of a group ends with the group's result. All 32 lanes of
+// the warp must call it.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_all_reduce(T value, Op op, int width = 32) {
+  for (int offset = width / 2; offset > 0; offset /= 2)
+    value = op(value, shfl_xor(value, offset));
+  return value;
+}
+
+// All-reduce over a 1-D block of any multiple of 32 threads (<= 1024); every
+// thread gets the result. `scratch` is 32 values of shared memory, free on
+// entry and free again on return.
+template <typename T, typename Op>
+__device__ __forceinline__ T block_all_reduce(T value, Op op, T identity, T* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  value = warp_all_reduce(value, op);
+  if (lane == 0) scratch[warp] = value;
+  __syncthreads();
+  value = lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : identity;
+  value = warp_all_reduce(value, op);
+  __syncthreads();
+  return value;
 }
 
 //////////////////////////////////////////////////////////////////////////////

@@ -6,14 +6,20 @@
 
 namespace softmax_ext::cuda {
 
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster) {
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster) {
   const int64_t threads = ceil_div(needed, per_thread);
-  if (threads <= kMaxBlockThreads || max_cluster <= 1) {
+  const int block_max = max_block_threads(device_cluster > 1);
+  if (threads <= block_max || max_cluster <= 1) {
     const int64_t warps = ceil_div(threads, kWarpSize);
-    return {static_cast<int>(std::clamp<int64_t>(warps * kWarpSize, kMinBlockThreads, kMaxBlockThreads)), 1};
+    return {static_cast<int>(std::clamp<int64_t>(warps * kWarpSize, kMinBlockThreads, block_max)), 1};
   }
-  const int64_t blocks = ceil_div(threads, kMaxBlockThreads);
-  return {kMaxBlockThreads, static_cast<int>(std::min<int64_t>(blocks, max_cluster))};
+  for (int block : {kClusterBlockThreads, kMaxBlockThreads}) {
+    const int64_t blocks = ceil_div(threads, block);
+    if (blocks <= max_cluster) return {block, static_cast<int>(blocks)};
+  }
+  // Only a row that starts off a 16-byte boundary and fills the largest
+  // cluster exactly gets here; its view falls back to element accesses.
+  return {kMaxBlockThreads, max_cluster};
 }
 
 void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
@@ -24,7 +30,7 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
     constexpr int P = kPack<in_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
     const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
-                                         kPacks * P, max_cluster);
+                                         kPacks * P, max_cluster, max_cluster_size(p.device_index));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       launch_row_blocks(softmax_block_forward_kernel<E::template Forward, in_t, out_t, kPacks>, p.rows,

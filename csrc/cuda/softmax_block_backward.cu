@@ -13,7 +13,7 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
     constexpr int P = kPack<scalar_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
     const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
-                                         kPacks * P, max_cluster);
+                                         kPacks * P, max_cluster, max_cluster_size(p.device_index));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, kPacks>, p.rows,

@@ -39,13 +39,13 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   s.columns = static_cast<int>(width / s.pack);
   const int64_t axis_per_thread = per_thread / s.pack;
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
-  const int64_t rows_max = kMaxBlockThreads / s.columns;
+  const int64_t rows_max = max_block_threads(max_cluster > 1) / s.columns;
   if (rows_needed <= rows_max) {
     const int64_t rows_multiple = kWarpSize / s.columns;
     s.threads = static_cast<int>(ceil_div(rows_needed, rows_multiple) * rows_multiple * s.columns);
     s.cluster_size = 1;
   } else {
-    s.threads = kMaxBlockThreads;
+    s.threads = static_cast<int>(rows_max * s.columns);
     s.cluster_size = static_cast<int>(ceil_div(rows_needed, rows_max));
     TORCH_INTERNAL_ASSERT(s.cluster_size <= max_cluster, "softmax_ext cuda.strided: axis of ",
                           p.axis_size, " needs a cluster of ", s.cluster_size);

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                const RowIndexer<2> layout, const int64_t tiles) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
-  __shared__ acc_t scratch[kWarpSize];
+  __shared__ MaxSum<acc_t> scratch[kWarpSize];
   const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
   const int64_t stride = int64_t{blockDim.x} * P;
   for (int64_t item = blockIdx.x; item < layout.rows * tiles; item += gridDim.x) {
@@ -45,14 +45,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     acc_t v[kPacks][P];
     load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
-    const acc_t max = block_all_reduce(fragment_max(v), NanMax{}, neg_infinity<acc_t>(), scratch);
-    acc_t sum = 0;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-      for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
-    if (threadIdx.x == 0) partials[item] = {max, sum};
+    const MaxSum<acc_t> stats =
+        block_all_reduce(fragment_stats(v), CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+    if (threadIdx.x == 0) partials[item] = stats;
   }
 }
 

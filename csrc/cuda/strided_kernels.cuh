@@ -73,7 +73,8 @@ template <typename out_t, typename in_t, int P, typename acc_t>
 __device__ __forceinline__ void load_columns(const in_t* __restrict__ src, bool in_axis, int64_t valid,
                                              acc_t (&v)[P], acc_t fill) {
   if (in_axis && valid >= P) {
-    const Pack<in_t, P> pk = *reinterpret_cast<const Pack<in_t, P>*>(src);
+    Pack<in_t, P> pk;
+    pk.load(src);
 #pragma unroll
     for (int p = 0; p < P; ++p) v[p] = load_as<out_t>(pk.v[p]);
   } else {
@@ -88,7 +89,7 @@ __device__ __forceinline__ void store_columns(out_t* __restrict__ dst, int64_t v
     Pack<out_t, P> pk;
 #pragma unroll
     for (int p = 0; p < P; ++p) pk.v[p] = convert<out_t>(value(p));
-    *reinterpret_cast<Pack<out_t, P>*>(dst) = pk;
+    pk.store(dst);
   } else {
 #pragma unroll
     for (int p = 0; p < P; ++p)
@@ -123,18 +124,18 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
     for (int p = 0; p < P; ++p) warp_parts[warp][lane * P + p] = part[p];
   __syncthreads();
   if (cluster_size > 1 && arrive_pending) cluster_wait();
-  if (threadIdx.x < width) {
-    T total = warp_parts[0][threadIdx.x];
-    for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w)
-      total = combine(total, warp_parts[w][threadIdx.x]);
-    (cluster_size > 1 ? slot : totals)[threadIdx.x] = total;
+  // A tile may be wider than the block (64 columns, 32 threads): stride.
+  for (int c = threadIdx.x; c < width; c += blockDim.x) {
+    T total = warp_parts[0][c];
+    for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w) total = combine(total, warp_parts[w][c]);
+    (cluster_size > 1 ? slot : totals)[c] = total;
   }
   if (cluster_size > 1) {
     cluster_sync();
-    if (threadIdx.x < width) {
-      T total = cluster_load(slot, 0, threadIdx.x);
-      for (int r = 1; r < cluster_size; ++r) total = combine(total, cluster_load(slot, r, threadIdx.x));
-      totals[threadIdx.x] = total;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+      T total = cluster_load(slot, 0, c);
+      for (int r = 1; r < cluster_size; ++r) total = combine(total, cluster_load(slot, r, c));
+      totals[c] = total;
     }
     cluster_arrive();
     arrive_pending = true;

@@ -20,17 +20,24 @@ struct WarpShape {
   int packs;  // packs per lane: 1 below 32 lanes, up to max_packs at 32
 };
 WarpShape warp_shape(int64_t needed, int pack, int max_packs);
-unsigned int warp_grid(int64_t rows, int group);
+unsigned int warp_grid(int64_t rows, int group, int packs);
 
 // Rows of the whole block are processed together; the loop bound is uniform
-// across the block so every lane takes part in every shuffle.
+// across the block so every lane takes part in every shuffle. A group holds
+// kRows rows at once: two when a row is a single pack per lane, so each lane
+// has two loads in flight.
+template <int kPacks>
+inline constexpr int kWarpRows = kPacks == 1 ? 2 : 1;
+
 struct WarpRowLoop {
   int group;
-  int64_t rows;
-  __device__ __forceinline__ int64_t rows_per_block() const { return blockDim.x / group; }
-  __device__ __forceinline__ int64_t start() const { return blockIdx.x * rows_per_block(); }
-  __device__ __forceinline__ int64_t step() const { return gridDim.x * rows_per_block(); }
-  __device__ __forceinline__ int64_t row_of(int64_t base) const { return base + threadIdx.x / group; }
+  int rows_per_pass;  // kRows * groups per block
+  __device__ __forceinline__ int64_t start() const { return int64_t{blockIdx.x} * rows_per_pass; }
+  __device__ __forceinline__ int64_t step() const { return int64_t{gridDim.x} * rows_per_pass; }
+  // Row r of this thread's group in the pass starting at `base`.
+  __device__ __forceinline__ int64_t row(int64_t base, int r) const {
+    return base + int64_t{r} * (blockDim.x / group) + threadIdx.x / group;
+  }
   __device__ __forceinline__ int lane() const { return threadIdx.x % group; }
 };
 
@@ -40,33 +47,32 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
                                 const RowIndexer<2> layout, const int group) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
-  const WarpRowLoop loop{group, layout.rows};
+  constexpr int kRows = kWarpRows<kPacks>;
+  const WarpRowLoop loop{group, kRows * (kWarpBlockThreads / group)};
   const int64_t capacity = int64_t{group} * kPacks * P;
-  const int64_t first = int64_t{loop.lane()} * P;
-  const int64_t stride = int64_t{group} * P;
+  const int first = loop.lane() * P;
+  const int stride = group * P;
 
   for (int64_t base = loop.start(); base < layout.rows; base += loop.step()) {
-    const int64_t row = loop.row_of(base);
-    int64_t offset[2] = {0, 0};
-    if (row < layout.rows) layout.row_offsets(row, offset);
-    const in_t* x_row = x + offset[0];
-    out_t* y_row = y + offset[1];
-    const RowView view =
-        row < layout.rows ? make_view(x_row, layout.axis_size, capacity) : RowView{0, 0, false};
-
-    acc_t v[kPacks][P];
-    load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
-    const acc_t max = warp_all_reduce(fragment_max(v), NanMax{}, group);
-    acc_t sum = 0;
+    int64_t offset[kRows][2];
+    RowView view[kRows];
+    acc_t v[kRows][kPacks][P];
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k)
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = loop.row(base, r);
+      offset[r][0] = offset[r][1] = 0;
+      if (row < layout.rows) layout.row_offsets(row, offset[r]);
+      view[r] = row < layout.rows ? make_view(x + offset[r][0], layout.axis_size, capacity)
+                                  : RowView{0, 0, false};
+      load_fragment<out_t>(x + offset[r][0], view[r], first, stride, v[r], neg_infinity<acc_t>());
+    }
 #pragma unroll
-      for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
-    sum = warp_all_reduce(sum, Sum{}, group);
-
-    const Epilogue<acc_t> epilogue(max, sum);
-    store_fragment<out_t, kPacks, P>(y_row, view, first, stride,
-                                     [&](int k, int e) { return epilogue(v[k][e]); });
+    for (int r = 0; r < kRows; ++r) {
+      const MaxSum<acc_t> stats = warp_all_reduce(fragment_stats(v[r]), CombineMaxSum{}, group);
+      const Epilogue<acc_t> epilogue(stats.max, stats.sum);
+      store_fragment<out_t, kPacks, P>(y + offset[r][1], view[r], first, stride,
+                                       [&](int k, int e) { return epilogue(v[r][k][e]); });
+    }
   }
 }
 
@@ -79,30 +85,37 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
-  const WarpRowLoop loop{group, layout.rows};
+  constexpr int kRows = kWarpRows<kPacks>;
+  const WarpRowLoop loop{group, kRows * (kWarpBlockThreads / group)};
   const int64_t capacity = int64_t{group} * kPacks * P;
-  const int64_t first = int64_t{loop.lane()} * P;
-  const int64_t stride = int64_t{group} * P;
+  const int first = loop.lane() * P;
+  const int stride = group * P;
 
   for (int64_t base = loop.start(); base < layout.rows; base += loop.step()) {
-    const int64_t row = loop.row_of(base);
-    int64_t offset[3] = {0, 0, 0};
-    if (row < layout.rows) layout.row_offsets(row, offset);
-    const RowView view = row < layout.rows ? make_view(dy + offset[0], layout.axis_size, capacity)
-                                           : RowView{0, 0, false};
-    acc_t g[kPacks][P], v[kPacks][P];
-    load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
-    load_fragment<scalar_t>(y + offset[1], view, first, stride, v, acc_t(0));
-    acc_t sum = 0;
+    int64_t offset[kRows][3];
+    RowView view[kRows];
+    acc_t g[kRows][kPacks][P], v[kRows][kPacks][P];
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k)
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = loop.row(base, r);
+      offset[r][0] = offset[r][1] = offset[r][2] = 0;
+      if (row < layout.rows) layout.row_offsets(row, offset[r]);
+      view[r] = row < layout.rows ? make_view(dy + offset[r][0], layout.axis_size, capacity)
+                                  : RowView{0, 0, false};
+      load_fragment<scalar_t>(dy + offset[r][0], view[r], first, stride, g[r], acc_t(0));
+      load_fragment<scalar_t>(y + offset[r][1], view[r], first, stride, v[r], acc_t(0));
+    }
 #pragma unroll
-      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g[k][e], v[k][e]);
-    sum = warp_all_reduce(sum, Sum{}, group);
-
-    const Epi epilogue(sum);
-    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
-                                        [&](int k, int e) { return epilogue(g[k][e], v[k][e]); });
+    for (int r = 0; r < kRows; ++r) {
+      acc_t sum = 0;
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+        for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g[r][k][e], v[r][k][e]);
+      const Epi epilogue(warp_all_reduce(sum, Sum{}, group));
+      store_fragment<scalar_t, kPacks, P>(dx + offset[r][2], view[r], first, stride,
+                                          [&](int k, int e) { return epilogue(g[r][k][e], v[r][k][e]); });
+    }
   }
 }
 

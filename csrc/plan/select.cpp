@@ -43,13 +43,13 @@ KernelFamily select_cuda(const Problem& p) {
   const int64_t n = p.axis_size;
   if (p.axis_contiguous()) {
     if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
-    if (n <= cuda::block_capacity(dbl, bw)) return KernelFamily::kCudaBlock;
+    if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
     if (max_cluster > 1 && n <= cuda::cluster_capacity(dbl, bw, max_cluster))
       return KernelFamily::kCudaCluster;
     return KernelFamily::kCudaSplit;
   }
   if (p.inner_size() >= cuda::kStridedMinInner &&
-      n <= cuda::strided_block_capacity(dbl, bw, c10::elementSize(p.in_dtype)) * max_cluster)
+      n <= cuda::strided_block_capacity(dbl, bw, c10::elementSize(p.in_dtype), max_cluster > 1) * max_cluster)
     return KernelFamily::kCudaStrided;
   return KernelFamily::kCudaReference;
 }
