@@ -19,7 +19,13 @@ def cases():
     def rnd(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
-    yield rnd(7, 1025), -1          # contiguous rows
+    yield rnd(7, 1025), -1          # contiguous rows (warp or block family)
+    yield rnd(37, 5), -1            # tiny rows: lane groups of a warp
+    yield rnd(3, 200, 5)[:, :, 1:], 1  # strided, unaligned
+    yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
+    yield rnd(2, 70001), -1         # cluster family (sm_90) or split
+    yield rnd(1, 600001), -1        # split family (workspace)
+    yield rnd(3000, 40), 0          # strided family across a cluster
     yield rnd(3, 33, 17), 1         # strided axis with an inner run
     yield rnd(40, 6).t(), -1        # transposed
     yield rnd(5, 64)[:, ::3], -1    # sliced

@@ -84,7 +84,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     acc_t v[kPacks][P];
     load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
-    MaxSum<acc_t> stats = block_all_reduce(fragment_stats(v), CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+    using Epi = Epilogue<acc_t>;
+    const MaxSum<acc_t> mine = fragment_stats<Epi::kKeepsExp>(v);
+    MaxSum<acc_t> stats = block_all_reduce(mine, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     if (cluster_size > 1) {
       if (arrive_pending) cluster_wait();
       if (threadIdx.x == 0) slot = stats;
@@ -93,9 +95,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       arrive_pending = true;
     }
 
-    const Epilogue<acc_t> epilogue(stats.max, stats.sum);
+    const Epi epilogue(stats.max, stats.sum);
+    const acc_t scale = epilogue.scale_from(mine.max);
     store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
-                                     [&](int k, int e) { return epilogue(v[k][e]); });
+                                     [&](int k, int e) { return epilogue.finish(v[k][e], scale); });
   }
   // Peers may still read this block's `slot`: stay until they are done.
   if (arrive_pending) cluster_wait();

@@ -111,21 +111,37 @@ struct Sum {
 // One division per row: elements are scaled by 1 / sum (within an ulp of a
 // per-element division, and no division subroutine in the register-bound
 // kernels).
+//
+// operator()(x) computes the output from x (the reference kernel). The fast
+// kernels compute each exp once: they keep `kept` = exp(x - local_max) in
+// place of x when kKeepsExp (softmax), where local_max is the max over the
+// values one thread (or lane group) saw, and finish with
+// finish(kept, scale_from(local_max)); log_softmax keeps x itself.
 template <typename acc_t>
 struct SoftmaxForwardEpilogue {
+  static constexpr bool kKeepsExp = true;
   acc_t max;
   acc_t inv_sum;
+  SoftmaxForwardEpilogue() = default;
   __device__ __forceinline__ SoftmaxForwardEpilogue(acc_t row_max, acc_t row_sum)
       : max(row_max), inv_sum(acc_t(1) / row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t x) const {
     return acc_exp(x - max) * inv_sum;
   }
+  // exp(local_max - max) / sum; 1 / sum when local_max is the row max. A
+  // NaN or all -inf row gives NaN, as operator() would.
+  __device__ __forceinline__ acc_t scale_from(acc_t local_max) const {
+    return acc_exp(local_max - max) * inv_sum;
+  }
+  __device__ __forceinline__ acc_t finish(acc_t kept, acc_t scale) const { return kept * scale; }
 };
 
 template <typename acc_t>
 struct LogSoftmaxForwardEpilogue {
+  static constexpr bool kKeepsExp = false;
   acc_t max;
   acc_t log_sum;
+  LogSoftmaxForwardEpilogue() = default;
   __device__ __forceinline__ LogSoftmaxForwardEpilogue(acc_t row_max, acc_t row_sum)
       : max(row_max), log_sum(acc_log(row_sum)) {}
   // (x - max) first: no rounding of max + log(sum) for large max, and no
@@ -133,6 +149,8 @@ struct LogSoftmaxForwardEpilogue {
   __device__ __forceinline__ acc_t operator()(acc_t x) const {
     return (x - max) - log_sum;
   }
+  __device__ __forceinline__ acc_t scale_from(acc_t) const { return acc_t(0); }
+  __device__ __forceinline__ acc_t finish(acc_t x, acc_t) const { return (*this)(x); }
 };
 
 // Backward: the row sums reduce_term(dy, y); the epilogue, built from that
@@ -144,6 +162,7 @@ struct SoftmaxBackwardEpilogue {
   __device__ static __forceinline__ acc_t reduce_term(acc_t dy, acc_t y) { return dy * y; }
 
   acc_t sum;  // sum(dy * y)
+  SoftmaxBackwardEpilogue() = default;
   __device__ __forceinline__ explicit SoftmaxBackwardEpilogue(acc_t row_sum) : sum(row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t dy, acc_t y) const {
     return y * (dy - sum);
@@ -156,6 +175,7 @@ struct LogSoftmaxBackwardEpilogue {
   __device__ static __forceinline__ acc_t reduce_term(acc_t dy, acc_t) { return dy; }
 
   acc_t sum;  // sum(dy)
+  LogSoftmaxBackwardEpilogue() = default;
   __device__ __forceinline__ explicit LogSoftmaxBackwardEpilogue(acc_t row_sum)
       : sum(row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t dy, acc_t y) const {

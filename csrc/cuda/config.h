@@ -79,21 +79,27 @@ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Strided family (the axis is not the fastest dim, but an inner run of
 // contiguous elements exists): a block holds a tile of W inner columns by the
-// axis, threads coalesced along the inner run, each thread `elems_per_thread`
-// values; a cluster extends the axis on sm_90+. W * element size is one
-// 128-byte line (fewer columns when the inner run is shorter). Inner runs
-// shorter than kStridedMinInner go to the reference kernel.
+// axis, threads coalesced along the inner run; a cluster extends the axis on
+// sm_90+. W * element size is 64 bytes (two 32-byte sectors per axis
+// position; fewer columns when the inner run is shorter). Each thread keeps
+// half the other families' register budget: the per-column statistics and
+// addresses take the rest (the full budget spilled, ptxas -v on sm_90). Inner
+// runs shorter than kStridedMinInner go to the reference kernel.
 constexpr int64_t kStridedMinInner = 4;
-constexpr int kStridedTileBytes = 128;
+constexpr int kStridedTileBytes = 64;
 constexpr int strided_tile_columns(int64_t element_bytes) {
   return kStridedTileBytes / static_cast<int>(element_bytes);
 }
-// Axis positions one block holds with full-width tiles (blocks sized as in
-// the block family).
-constexpr int64_t strided_block_capacity(bool double_acc, bool backward, int64_t element_bytes,
-                                         bool clusters) {
-  return int64_t{max_block_threads(clusters)} * elems_per_thread(double_acc, backward) /
-         strided_tile_columns(element_bytes);
+constexpr int strided_elems_per_thread(bool double_acc, bool backward) {
+  return elems_per_thread(double_acc, backward) / 2;
+}
+// Axis positions a cluster of `cluster_size` blocks (1: one block) holds
+// with full-width tiles; blocks grow to 1024 threads for the longest axes, as
+// in the cluster family.
+constexpr int64_t strided_capacity(bool double_acc, bool backward, int64_t element_bytes,
+                                   int cluster_size) {
+  return int64_t{kMaxBlockThreads} * strided_elems_per_thread(double_acc, backward) /
+         strided_tile_columns(element_bytes) * cluster_size;
 }
 
 // The (input, output) dtype pairs the fast families are compiled for: the

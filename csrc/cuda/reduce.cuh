@@ -50,20 +50,37 @@ struct CombineMaxSum {
   }
 };
 
-// A partial of values v[k][e] (padding -inf): their max and sum(exp(v - max)).
+// Per-thread statistics of a register fragment v[k][e] (padding -inf).
 template <int kPacks, int P, typename acc_t>
-__device__ __forceinline__ MaxSum<acc_t> fragment_stats(const acc_t (&v)[kPacks][P]) {
+__device__ __forceinline__ acc_t fragment_max(const acc_t (&v)[kPacks][P]) {
   acc_t max = neg_infinity<acc_t>();
 #pragma unroll
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
     for (int e = 0; e < P; ++e) max = NanMax{}(max, v[k][e]);
+  return max;
+}
+
+// sum(exp(v - max)); with kKeepExp the fragment keeps exp(v - max) in place
+// of v, so the epilogue needs no second exp (SoftmaxForwardEpilogue).
+template <bool kKeepExp, int kPacks, int P, typename acc_t>
+__device__ __forceinline__ acc_t fragment_exp_sum(acc_t (&v)[kPacks][P], acc_t max) {
   acc_t sum = 0;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
-    for (int e = 0; e < P; ++e) sum += exp_term(v[k][e], max);
-  return {max, sum};
+    for (int e = 0; e < P; ++e) {
+      const acc_t t = exp_term(v[k][e], max);
+      sum += t;
+      if constexpr (kKeepExp) v[k][e] = t;
+    }
+  return sum;
+}
+
+template <bool kKeepExp, int kPacks, int P, typename acc_t>
+__device__ __forceinline__ MaxSum<acc_t> fragment_stats(acc_t (&v)[kPacks][P]) {
+  const acc_t max = fragment_max(v);
+  return {max, fragment_exp_sum<kKeepExp>(v, max)};
 }
 
 template <typename acc_t>

@@ -40,16 +40,24 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   const int64_t axis_per_thread = per_thread / s.pack;
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
   const int64_t rows_max = max_block_threads(max_cluster > 1) / s.columns;
-  if (rows_needed <= rows_max) {
+  if (rows_needed <= rows_max || max_cluster <= 1) {
+    TORCH_INTERNAL_ASSERT(rows_needed <= kMaxBlockThreads / s.columns, "softmax_ext cuda.strided: an axis of ",
+                          p.axis_size, " exceeds a block");
     const int64_t rows_multiple = kWarpSize / s.columns;
     s.threads = static_cast<int>(ceil_div(rows_needed, rows_multiple) * rows_multiple * s.columns);
     s.cluster_size = 1;
-  } else {
-    s.threads = static_cast<int>(rows_max * s.columns);
-    s.cluster_size = static_cast<int>(ceil_div(rows_needed, rows_max));
-    TORCH_INTERNAL_ASSERT(s.cluster_size <= max_cluster, "softmax_ext cuda.strided: axis of ",
-                          p.axis_size, " needs a cluster of ", s.cluster_size);
+    return s;
   }
+  // As in the cluster family: 512-thread blocks while the cluster size allows.
+  for (int threads : {kClusterBlockThreads, kMaxBlockThreads}) {
+    const int64_t blocks = ceil_div(rows_needed, threads / s.columns);
+    if (blocks <= max_cluster) {
+      s.threads = threads;
+      s.cluster_size = static_cast<int>(blocks);
+      return s;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(false, "softmax_ext cuda.strided: an axis of ", p.axis_size, " exceeds a cluster");
   return s;
 }
 
@@ -58,7 +66,7 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.strided", [&](auto in_tag, auto out_tag) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
-    constexpr int kPerThread = elems_per_thread(is_double_acc_v<out_t>, false);
+    constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<out_t>, false);
     const StridedShape shape = strided_shape(p, b, kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);

@@ -2,7 +2,7 @@
 // not the fastest dimension (a non-last dim, a transposed view), with a run
 // of `inner` contiguous columns. No transpose copy: a block holds a tile of
 // W = columns * P inner columns by the axis in registers; the threads of a
-// warp read W-wide (128-byte) stretches of several axis positions, one read
+// warp read W-wide (64-byte) stretches of several axis positions, one read
 // and one write of global memory. On sm_90+ a cluster extends the tile along
 // the axis, blocks exchanging per-column partials through distributed shared
 // memory.
@@ -19,7 +19,7 @@
 
 namespace softmax_ext::cuda {
 
-// Largest tile width in columns (64 bf16 columns, 128 bytes).
+// Largest tile width in columns (32 bf16 columns, 64 bytes).
 constexpr int kStridedMaxColumns = kStridedTileBytes / 2;
 
 // Host side (softmax_strided.cu): tile geometry and the tile layout.
@@ -183,6 +183,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       load_columns<out_t, in_t, P>(x + offset[0] + c0 + (in_axis ? j * outer.axis_stride[0] : 0), in_axis,
                                    valid, v[e], neg_infinity<acc_t>());
     }
+    // Each exp is taken twice here (statistics, then output): keeping the
+    // exps as the other families do costs this kernel's per-column state
+    // more registers than it has.
+    using Epi = Epilogue<acc_t>;
     Part part[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -196,14 +200,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     }
     reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, warp_parts, slot, totals,
                             [](const Part& a, const Part& b) { return combine(a, b); });
+    Epi epilogue[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p].max, part[p].sum);
 
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       const int64_t j = axis_first + int64_t{e} * rows_step;
       if (j < outer.axis_size)
-        store_columns<out_t, P>(y + offset[1] + c0 + j * outer.axis_stride[1], valid, [&](int p) {
-          return Epilogue<acc_t>(part[p].max, part[p].sum)(v[e][p]);
-        });
+        store_columns<out_t, P>(y + offset[1] + c0 + j * outer.axis_stride[1], valid,
+                                [&](int p) { return epilogue[p](v[e][p]); });
     }
   }
   if (arrive_pending) cluster_wait();
@@ -257,13 +263,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     }
     reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, warp_parts, slot, totals,
                              [](acc_t a, acc_t b) { return a + b; });
+    Epi epilogue[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p]);
 
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       const int64_t j = axis_first + int64_t{e} * rows_step;
       if (j < outer.axis_size)
         store_columns<scalar_t, P>(dx + offset[2] + c0 + j * outer.axis_stride[2], valid,
-                                   [&](int p) { return Epi(part[p])(g[e][p], v[e][p]); });
+                                   [&](int p) { return epilogue[p](g[e][p], v[e][p]); });
     }
   }
   if (arrive_pending) cluster_wait();

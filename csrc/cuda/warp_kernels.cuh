@@ -68,10 +68,16 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const MaxSum<acc_t> stats = warp_all_reduce(fragment_stats(v[r]), CombineMaxSum{}, group);
-      const Epilogue<acc_t> epilogue(stats.max, stats.sum);
+      // Two shuffle passes (max, then sum) rather than one of (max, sum)
+      // pairs: pairs cost two exps per combining step, which made rows of
+      // 128 floats compute-bound.
+      using Epi = Epilogue<acc_t>;
+      const acc_t max = warp_all_reduce(fragment_max(v[r]), NanMax{}, group);
+      const acc_t sum = warp_all_reduce(fragment_exp_sum<Epi::kKeepsExp>(v[r], max), Sum{}, group);
+      const Epi epilogue(max, sum);
+      const acc_t scale = epilogue.scale_from(max);
       store_fragment<out_t, kPacks, P>(y + offset[r][1], view[r], first, stride,
-                                       [&](int k, int e) { return epilogue(v[r][k][e]); });
+                                       [&](int k, int e) { return epilogue.finish(v[r][k][e], scale); });
     }
   }
 }

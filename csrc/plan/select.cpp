@@ -49,7 +49,7 @@ KernelFamily select_cuda(const Problem& p) {
     return KernelFamily::kCudaSplit;
   }
   if (p.inner_size() >= cuda::kStridedMinInner &&
-      n <= cuda::strided_block_capacity(dbl, bw, c10::elementSize(p.in_dtype), max_cluster > 1) * max_cluster)
+      n <= cuda::strided_capacity(dbl, bw, c10::elementSize(p.in_dtype), max_cluster))
     return KernelFamily::kCudaStrided;
   return KernelFamily::kCudaReference;
 }
