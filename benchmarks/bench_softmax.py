@@ -282,6 +282,7 @@ def main():
     for peer, why in peers.UNAVAILABLE.items():
         print(f"  {peer}: {why}")
 
+    path = args.out or os.path.join(RESULTS, f"{slug(name)}.csv")
     rows, notes = [], []
     for case, op, direction in selected((gpu_cases if device == "cuda" else cpu_cases)(args.quick), args):
         what = f"{op} {direction} {case.dtype} {case.label} dim={case.dim}"
@@ -292,12 +293,11 @@ def main():
             continue
         print(what, flush=True)
         rows += run_case(case, op, direction, device, name, copy, args.impls.split(",") if args.impls else [])
+        write_csv(rows, path)  # after every case, so an interrupted sweep keeps what it measured
     if not rows:
         print("nothing run: no case matches the filters")
         return
 
-    path = args.out or os.path.join(RESULTS, f"{slug(name)}.csv")
-    write_csv(rows, path)
     print(f"\nwritten: {path}")
     try:
         from .plot import plot_csv

@@ -38,13 +38,13 @@ def register_floats(dtype, backward):
 
 def expected_limits(dtype, backward, max_cluster):
     e = register_floats(dtype, backward)
-    tile_columns = 64 // torch.empty((), dtype=dtype).element_size()
+    tile_columns = 128 // torch.empty((), dtype=dtype).element_size()
     block_threads = 512 if max_cluster > 1 else 1024  # two blocks per SM where clusters take longer rows
     return {
         "warp": 32 * e,
         "block": block_threads * e,
         "cluster": 1024 * e * max_cluster if max_cluster > 1 else 0,
-        "strided": 1024 * (e // 2) // tile_columns * max_cluster,
+        "strided": 1024 * e // tile_columns * max_cluster,
         "split_tile": 512 * e,
         "strided_min_inner": 4,
     }

@@ -84,9 +84,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     acc_t v[kPacks][P];
     load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+    // One block reduction of (max, sum) pairs; the exps are taken again for
+    // the output rather than kept (keeping them spilled registers at 512
+    // threads x 32 floats).
     using Epi = Epilogue<acc_t>;
-    const MaxSum<acc_t> mine = fragment_stats<Epi::kKeepsExp>(v);
-    MaxSum<acc_t> stats = block_all_reduce(mine, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+    MaxSum<acc_t> stats = block_all_reduce(fragment_stats<false, typename Epi::Exp>(v), CombineMaxSum{},
+                                           empty_stats<acc_t>(), scratch);
     if (cluster_size > 1) {
       if (arrive_pending) cluster_wait();
       if (threadIdx.x == 0) slot = stats;
@@ -96,9 +99,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     }
 
     const Epi epilogue(stats.max, stats.sum);
-    const acc_t scale = epilogue.scale_from(mine.max);
     store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
-                                     [&](int k, int e) { return epilogue.finish(v[k][e], scale); });
+                                     [&](int k, int e) { return epilogue(v[k][e]); });
   }
   // Peers may still read this block's `slot`: stay until they are done.
   if (arrive_pending) cluster_wait();

@@ -76,6 +76,20 @@ __device__ __forceinline__ double acc_exp(double x) { return ::exp(x); }
 __device__ __forceinline__ float acc_log(float x) { return ::logf(x); }
 __device__ __forceinline__ double acc_log(double x) { return ::log(x); }
 
+// Which exp the forward kernels use. Outputs in f16/bf16 keep 8-11 bits, so
+// the hardware exp2 approximation (__expf: ~2 ulp of float) cannot change
+// them beyond the one rounding to the output type, and it lifts the
+// 16-bit-output kernels off the compute limit (twice the elements per byte
+// of f32). f32 and f64 outputs use the accurate exp.
+struct AccurateExp {
+  template <typename acc_t>
+  __device__ static __forceinline__ acc_t exp(acc_t x) { return acc_exp(x); }
+};
+struct FastExp {
+  __device__ static __forceinline__ float exp(float x) { return __expf(x); }
+  __device__ static __forceinline__ double exp(double x) { return acc_exp(x); }
+};
+
 template <typename T>
 __host__ __device__ __forceinline__ T neg_infinity() {
   return -::cuda::std::numeric_limits<T>::infinity();
@@ -117,8 +131,9 @@ struct Sum {
 // place of x when kKeepsExp (softmax), where local_max is the max over the
 // values one thread (or lane group) saw, and finish with
 // finish(kept, scale_from(local_max)); log_softmax keeps x itself.
-template <typename acc_t>
+template <typename acc_t, typename ExpPolicy = AccurateExp>
 struct SoftmaxForwardEpilogue {
+  using Exp = ExpPolicy;
   static constexpr bool kKeepsExp = true;
   acc_t max;
   acc_t inv_sum;
@@ -126,18 +141,19 @@ struct SoftmaxForwardEpilogue {
   __device__ __forceinline__ SoftmaxForwardEpilogue(acc_t row_max, acc_t row_sum)
       : max(row_max), inv_sum(acc_t(1) / row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t x) const {
-    return acc_exp(x - max) * inv_sum;
+    return Exp::exp(x - max) * inv_sum;
   }
   // exp(local_max - max) / sum; 1 / sum when local_max is the row max. A
   // NaN or all -inf row gives NaN, as operator() would.
   __device__ __forceinline__ acc_t scale_from(acc_t local_max) const {
-    return acc_exp(local_max - max) * inv_sum;
+    return Exp::exp(local_max - max) * inv_sum;
   }
   __device__ __forceinline__ acc_t finish(acc_t kept, acc_t scale) const { return kept * scale; }
 };
 
-template <typename acc_t>
+template <typename acc_t, typename ExpPolicy = AccurateExp>
 struct LogSoftmaxForwardEpilogue {
+  using Exp = ExpPolicy;
   static constexpr bool kKeepsExp = false;
   acc_t max;
   acc_t log_sum;
@@ -183,17 +199,31 @@ struct LogSoftmaxBackwardEpilogue {
   }
 };
 
+template <typename out_t>
+using exp_policy_t = std::conditional_t<is_reduced_float_v<out_t>, FastExp, AccurateExp>;
+
 // The epilogues of one kind, so host code can pick them with one switch:
-// dispatch_kind(kind, [&](auto e) { kernel<decltype(e)::template Forward, ...> });
+// dispatch_kind(kind, [&](auto e) { kernel<decltype(e)::template Forward, ...> }).
+// ForwardFor<out_t>::type is the forward epilogue with out_t's exp policy.
 struct SoftmaxEpilogues {
   template <typename acc_t>
   using Forward = SoftmaxForwardEpilogue<acc_t>;
+  template <typename out_t>
+  struct ForwardFor {
+    template <typename acc_t>
+    using type = SoftmaxForwardEpilogue<acc_t, exp_policy_t<out_t>>;
+  };
   template <typename acc_t>
   using Backward = SoftmaxBackwardEpilogue<acc_t>;
 };
 struct LogSoftmaxEpilogues {
   template <typename acc_t>
   using Forward = LogSoftmaxForwardEpilogue<acc_t>;
+  template <typename out_t>
+  struct ForwardFor {
+    template <typename acc_t>
+    using type = LogSoftmaxForwardEpilogue<acc_t, exp_policy_t<out_t>>;
+  };
   template <typename acc_t>
   using Backward = LogSoftmaxBackwardEpilogue<acc_t>;
 };

@@ -23,7 +23,7 @@ struct DeviceFacts {
 // kernel: 16 where the non-portable size is allowed, else 8.
 int query_max_cluster(int device, int arch) {
   if (arch < 90) return 1;
-  auto* kernel = softmax_block_forward_kernel<SoftmaxForwardEpilogue, float, float,
+  auto* kernel = softmax_block_forward_kernel<SoftmaxEpilogues::Forward, float, float,
                                               elems_per_thread(false, false) / kPack<float>>;
   cudaFuncAttributes attributes{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));

@@ -18,9 +18,9 @@ namespace softmax_ext::cuda {
 // max is -inf: a block or lane whose elements are all -inf (or padding) then
 // contributes (max -inf, sum 0) to the combination below. A row of only -inf
 // still ends as NaN, as in torch: the epilogues compute x - max = NaN.
-template <typename acc_t>
+template <typename Exp = AccurateExp, typename acc_t>
 __device__ __forceinline__ acc_t exp_term(acc_t x, acc_t max) {
-  return x == neg_infinity<acc_t>() ? acc_t(0) : acc_exp(x - max);
+  return x == neg_infinity<acc_t>() ? acc_t(0) : Exp::exp(x - max);
 }
 
 // Partial softmax statistics of part of a row: its max and sum(exp(x - max)).
@@ -63,24 +63,24 @@ __device__ __forceinline__ acc_t fragment_max(const acc_t (&v)[kPacks][P]) {
 
 // sum(exp(v - max)); with kKeepExp the fragment keeps exp(v - max) in place
 // of v, so the epilogue needs no second exp (SoftmaxForwardEpilogue).
-template <bool kKeepExp, int kPacks, int P, typename acc_t>
+template <bool kKeepExp, typename Exp, int kPacks, int P, typename acc_t>
 __device__ __forceinline__ acc_t fragment_exp_sum(acc_t (&v)[kPacks][P], acc_t max) {
   acc_t sum = 0;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const acc_t t = exp_term(v[k][e], max);
+      const acc_t t = exp_term<Exp>(v[k][e], max);
       sum += t;
       if constexpr (kKeepExp) v[k][e] = t;
     }
   return sum;
 }
 
-template <bool kKeepExp, int kPacks, int P, typename acc_t>
+template <bool kKeepExp, typename Exp, int kPacks, int P, typename acc_t>
 __device__ __forceinline__ MaxSum<acc_t> fragment_stats(acc_t (&v)[kPacks][P]) {
   const acc_t max = fragment_max(v);
-  return {max, fragment_exp_sum<kKeepExp>(v, max)};
+  return {max, fragment_exp_sum<kKeepExp, Exp>(v, max)};
 }
 
 template <typename acc_t>

@@ -33,7 +33,7 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
                                          kPacks * P, max_cluster, max_cluster_size(p.device_index));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      launch_row_blocks(softmax_block_forward_kernel<E::template Forward, in_t, out_t, kPacks>, p.rows,
+      launch_row_blocks(softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks>, p.rows,
                         shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
                         shape.cluster_size);
     });

@@ -79,9 +79,9 @@ void reference_forward(const Problem& problem, const Buffers& buffers) {
     dispatch_floating_type(problem.out_dtype, kWhere, [&](auto out_tag) {
       using out_t = typename decltype(out_tag)::type;
       if (log) {
-        launch_forward<LogSoftmaxForwardEpilogue, in_t, out_t>(layout, buffers);
+        launch_forward<LogSoftmaxEpilogues::Forward, in_t, out_t>(layout, buffers);
       } else {
-        launch_forward<SoftmaxForwardEpilogue, in_t, out_t>(layout, buffers);
+        launch_forward<SoftmaxEpilogues::Forward, in_t, out_t>(layout, buffers);
       }
     });
   });

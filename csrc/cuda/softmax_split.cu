@@ -31,7 +31,7 @@ void split_forward(const Problem& p, const Buffers& b, void* workspace) {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      softmax_split_apply_kernel<E::template Forward, in_t, out_t, kPacks>
+      softmax_split_apply_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks>
           <<<tile_grid, kSplitThreads, 0, stream>>>(x, static_cast<out_t*>(b.out), totals, layout, tiles);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });

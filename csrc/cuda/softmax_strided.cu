@@ -73,7 +73,7 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
       dispatch_strided_pack<in_t>(shape, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
-        launch_row_blocks(softmax_strided_forward_kernel<E::template Forward, in_t, out_t, P, kPerThread / P>,
+        launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, P, kPerThread / P>,
                           tiles, BlockShape{shape.threads, shape.cluster_size},
                           static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
                           shape.columns, shape.cluster_size);

@@ -33,7 +33,7 @@ void warp_forward(const Problem& p, const Buffers& b) {
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
-        softmax_warp_forward_kernel<E::template Forward, in_t, out_t, decltype(packs)::value>
+        softmax_warp_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, decltype(packs)::value>
             <<<warp_grid(p.rows, shape.group, shape.packs), kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(static_cast<const in_t*>(b.in0),
                                                     static_cast<out_t*>(b.out), layout, shape.group);

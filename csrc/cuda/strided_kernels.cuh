@@ -2,7 +2,7 @@
 // not the fastest dimension (a non-last dim, a transposed view), with a run
 // of `inner` contiguous columns. No transpose copy: a block holds a tile of
 // W = columns * P inner columns by the axis in registers; the threads of a
-// warp read W-wide (64-byte) stretches of several axis positions, one read
+// warp read W-wide (128-byte) stretches of several axis positions, one read
 // and one write of global memory. On sm_90+ a cluster extends the tile along
 // the axis, blocks exchanging per-column partials through distributed shared
 // memory.
@@ -19,7 +19,7 @@
 
 namespace softmax_ext::cuda {
 
-// Largest tile width in columns (32 bf16 columns, 64 bytes).
+// Largest tile width in columns (64 bf16 columns, 128 bytes).
 constexpr int kStridedMaxColumns = kStridedTileBytes / 2;
 
 // Host side (softmax_strided.cu): tile geometry and the tile layout.
@@ -183,9 +183,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       load_columns<out_t, in_t, P>(x + offset[0] + c0 + (in_axis ? j * outer.axis_stride[0] : 0), in_axis,
                                    valid, v[e], neg_infinity<acc_t>());
     }
-    // Each exp is taken twice here (statistics, then output): keeping the
-    // exps as the other families do costs this kernel's per-column state
-    // more registers than it has.
+    // Each exp is taken twice (statistics, then output): the per-column
+    // state leaves no registers to keep them.
     using Epi = Epilogue<acc_t>;
     Part part[P];
 #pragma unroll
@@ -195,7 +194,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       for (int e = 0; e < kAxisPerThread; ++e) m = NanMax{}(m, v[e][p]);
       acc_t s = 0;
 #pragma unroll
-      for (int e = 0; e < kAxisPerThread; ++e) s += exp_term(v[e][p], m);
+      for (int e = 0; e < kAxisPerThread; ++e) s += exp_term<typename Epi::Exp>(v[e][p], m);
       part[p] = {m, s};
     }
     reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, warp_parts, slot, totals,

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
       // 128 floats compute-bound.
       using Epi = Epilogue<acc_t>;
       const acc_t max = warp_all_reduce(fragment_max(v[r]), NanMax{}, group);
-      const acc_t sum = warp_all_reduce(fragment_exp_sum<Epi::kKeepsExp>(v[r], max), Sum{}, group);
+      const acc_t sum = warp_all_reduce(fragment_exp_sum<Epi::kKeepsExp, typename Epi::Exp>(v[r], max), Sum{}, group);
       const Epi epilogue(max, sum);
       const acc_t scale = epilogue.scale_from(max);
       store_fragment<out_t, kPacks, P>(y + offset[r][1], view[r], first, stride,
