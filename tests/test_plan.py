@@ -134,3 +134,10 @@ def test_plan_cuda(sx):
     assert p.problem.rows == 4 and p.problem.axis_size == 8
     p64 = sx.plan(torch.randn(4, 8, device="cuda", dtype=torch.float64), -1)
     assert p64.accumulator == torch.float64
+
+
+def test_plan_limits_cpu_and_bad_dtype(sx):
+    assert sx.plan_limits(torch.randn(3)) == {}
+    assert sx.plan_limits(torch.randn(3), backward=True) == {}
+    with pytest.raises(NotImplementedError, match="plan_limits"):
+        sx.plan_limits(torch.arange(3))

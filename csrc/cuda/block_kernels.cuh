@@ -30,29 +30,41 @@ struct BlockShape {
 };
 BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster);
 
+// A launch configuration of `blocks` blocks of `threads` threads, grouped in
+// clusters of `cluster_size` along x when that is above 1. Not copyable: the
+// configuration points at its own attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream) {
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    if (cluster_size > 1) {
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster_size;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
 // shape.cluster_size blocks when that is above 1, and checks the launch.
 template <typename... Params, typename... Args>
 void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape,
                        Args&&... args) {
   const int c = shape.cluster_size;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c);
-  config.blockDim = dim3(shape.threads);
-  config.dynamicSmemBytes = 0;
-  config.stream = c10::cuda::getCurrentCUDAStream();
-  cudaLaunchAttribute attribute{};
-  if (c > 1) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = c;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    if (c > kPortableClusterSize)
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  ClusterLaunch launch(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c, shape.threads, c,
+                       c10::cuda::getCurrentCUDAStream());
+  if (c > kPortableClusterSize)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
 }
 
 struct ClusterRowLoop {

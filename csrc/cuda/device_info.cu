@@ -31,20 +31,11 @@ int query_max_cluster(int device, int arch) {
 
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (int size : {kMaxClusterSize, kPortableClusterSize}) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(size);
-    config.blockDim = dim3(kMaxBlockThreads);
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = size;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const ClusterLaunch launch(size, kMaxBlockThreads, size, nullptr);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0)
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0)
       return size;
-    (void)cudaGetLastError();  // a refused size leaves a sticky-free error: clear it
+    (void)cudaGetLastError();  // a refused size sets a (non-sticky) error: clear it
   }
   return 1;
 }
