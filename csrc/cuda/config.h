@@ -2,7 +2,7 @@
 // which picks a family from these capacities) and the launchers (which build
 // the launch from the same numbers). Plain C++: no CUDA types in here.
 //
-// Every threshold is a named constant; tests/test_thresholds.py checks each
+// Every threshold is a named constant; tests/test_cuda_families.py checks each
 // family at its capacity and one past it.
 #pragma once
 
