@@ -28,12 +28,13 @@ else
   exit 1
 fi
 
-# Registers and spills of every kernel (local memory means spills).
+# Registers and spills of every kernel: cuobjdump reports spilled registers
+# as a stack frame (STACK), LOCAL stays 0 for them.
 so=$(ls softmax_ext/_C*.so | head -1)
 if command -v cuobjdump > /dev/null; then
   cuobjdump --dump-resource-usage "$so" > "$OUT/resources.log" 2>&1
-  spilled=$(grep -cE "LOCAL:[1-9]" "$OUT/resources.log")
-  summary+=("kernels: $(grep -c 'REG:' "$OUT/resources.log"), with local memory (spills): $spilled, max REG: $(grep -oE 'REG:[0-9]+' "$OUT/resources.log" | cut -d: -f2 | sort -n | tail -1)")
+  spilled=$(grep -cE "STACK:[1-9]|LOCAL:[1-9]" "$OUT/resources.log")
+  summary+=("kernels: $(grep -c 'REG:' "$OUT/resources.log"), with a stack frame or local memory (spills): $spilled, max REG: $(grep -oE 'REG:[0-9]+' "$OUT/resources.log" | cut -d: -f2 | sort -n | tail -1)")
 fi
 
 if [ "${MAIN:-1}" = 1 ]; then
