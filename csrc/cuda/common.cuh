@@ -126,11 +126,12 @@ struct Sum {
 // per-element division, and no division subroutine in the register-bound
 // kernels).
 //
-// operator()(x) computes the output from x (the reference kernel). The fast
-// kernels compute each exp once: they keep `kept` = exp(x - local_max) in
-// place of x when kKeepsExp (softmax), where local_max is the max over the
-// values one thread (or lane group) saw, and finish with
-// finish(kept, scale_from(local_max)); log_softmax keeps x itself.
+// operator()(x) computes the output from x (reference, block, cluster,
+// split and strided kernels, which take each exp twice). The warp kernel
+// takes each exp once: it keeps `kept` = exp(x - local_max) in place of x
+// when kKeepsExp (softmax), where local_max is the max over the values its
+// lane group saw, and finishes with finish(kept, scale_from(local_max));
+// log_softmax keeps x itself.
 template <typename acc_t, typename ExpPolicy = AccurateExp>
 struct SoftmaxForwardEpilogue {
   using Exp = ExpPolicy;

@@ -22,9 +22,11 @@ constexpr int kVectorBytes = 16;
 constexpr int pack_size(int64_t element_bytes) { return kVectorBytes / static_cast<int>(element_bytes); }
 
 // Row elements each thread keeps in registers, as accumulator values. 32
-// floats (16 doubles) is the largest per-thread fragment that still lets a
-// 1024-thread block compile within 64 registers per thread without spilling
-// (ptxas -v on sm_90); the backward keeps dy and y, so half as many of each.
+// floats (16 doubles) is the largest per-thread fragment with which the
+// f32/f16/bf16 warp, block and cluster kernels fit 64 registers per thread
+// (1024 threads per SM) without spilling (ptxas -v on sm_90; the f64
+// variants and the strided forward kernels spill a few bytes); the backward
+// keeps dy and y, so half as many of each.
 constexpr int kRegisterFloats = 32;
 constexpr int elems_per_thread(bool double_acc, bool backward) {
   return (double_acc ? kRegisterFloats / 2 : kRegisterFloats) / (backward ? 2 : 1);
