@@ -141,8 +141,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const RowView view = make_view(dy + offset[0], layout.axis_size, int64_t{block_positions} * cluster_size);
 
     acc_t g[kPacks][P], v[kPacks][P];
-    load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
-    load_fragment<scalar_t>(y + offset[1], view, first, stride, v, acc_t(0));
+    load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, g, v);
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)

@@ -83,14 +83,26 @@ __device__ __forceinline__ RowView make_view(const in_t* row, int64_t n, int64_t
   return {n, 0, false};
 }
 
-// Loads packs into acc values (as load_as<out_t>: the `dtype=` cast first);
-// positions outside the row get `fill`. Index is the type of the view
-// positions: int where rows are shorter than 2^31 (registers are the
-// warp/block/cluster kernels' limit), int64_t for the split family.
+// Whether every pack of the fragment is a full pack inside the row at a
+// 16-byte boundary of `row` (pack k sits k * stride elements, a multiple of
+// 16 bytes, after pack 0): the common case, moved with one vector access per
+// pack and no per-pack branch.
+template <typename T, int kPacks, int P, typename Index>
+__device__ __forceinline__ bool whole_fragment(const T* row, const RowView& view, Index first, Index stride) {
+  const Index j0 = first - view.shift;
+  return view.vec && j0 >= 0 && j0 + (kPacks - 1) * stride + P <= static_cast<Index>(view.n) &&
+         pack_aligned<T, P>(row + j0);
+}
+
+// Loads a fragment pack by pack into acc values, as load_as<out_t> (the
+// `dtype=` cast first); positions outside the row get `fill`. Full aligned
+// packs are vector accesses, the rest element by element: the path of
+// fragments that are not whole (a row end, a row shorter than its group, an
+// operand at another alignment).
 template <typename out_t, typename in_t, int kPacks, int P, typename acc_t, typename Index>
-__device__ __forceinline__ void load_fragment(const in_t* __restrict__ row, const RowView& view,
-                                              Index first, Index stride,
-                                              acc_t (&v)[kPacks][P], acc_t fill) {
+__device__ __forceinline__ void load_fragment_by_pack(const in_t* __restrict__ row, const RowView& view,
+                                                      Index first, Index stride, acc_t (&v)[kPacks][P],
+                                                      acc_t fill) {
   const Index n = static_cast<Index>(view.n);
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
@@ -110,10 +122,82 @@ __device__ __forceinline__ void load_fragment(const in_t* __restrict__ row, cons
   }
 }
 
+// Loads kFrags fragments at the same positions of kFrags rows (the rows a
+// warp group holds at once, the backward's dy and y) into acc values; see
+// load_fragment_by_pack. When all are whole, every vector load of every
+// fragment is issued before any is converted: a conversion right after each
+// load would wait for it, leaving one 16-byte load per thread in flight
+// (what held f16/bf16, whose loads are widened to float, below f32).
+template <typename out_t, int kFrags, typename in_t, int kPacks, int P, typename acc_t, typename Index>
+__device__ __forceinline__ void load_fragments(const in_t* const (&rows)[kFrags], const RowView (&views)[kFrags],
+                                               Index first, Index stride,
+                                               acc_t (&v)[kFrags][kPacks][P], acc_t fill) {
+  bool whole = true;
+#pragma unroll
+  for (int f = 0; f < kFrags; ++f) whole = whole && whole_fragment<in_t, kPacks, P>(rows[f], views[f], first, stride);
+  if (whole) {
+    Pack<in_t, P> packs[kFrags][kPacks];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) packs[f][k].load(rows[f] + (first - views[f].shift) + k * stride);
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+        for (int e = 0; e < P; ++e) v[f][k][e] = load_as<out_t>(packs[f][k].v[e]);
+  } else {
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) load_fragment_by_pack<out_t>(rows[f], views[f], first, stride, v[f], fill);
+  }
+}
+
+// One fragment of one row. Index is the type of the view positions: int
+// where rows are shorter than 2^31 (registers are the warp/block/cluster
+// kernels' limit), int64_t for the split family.
+template <typename out_t, typename in_t, int kPacks, int P, typename acc_t, typename Index>
+__device__ __forceinline__ void load_fragment(const in_t* __restrict__ row, const RowView& view,
+                                              Index first, Index stride,
+                                              acc_t (&v)[kPacks][P], acc_t fill) {
+  const in_t* const rows[1] = {row};
+  const RowView views[1] = {view};
+  load_fragments<out_t>(rows, views, first, stride, reinterpret_cast<acc_t(&)[1][kPacks][P]>(v), fill);
+}
+
+// The backward's dy and y (padding 0), loads of both issued first.
+template <typename scalar_t, int kPacks, int P, typename acc_t, typename Index>
+__device__ __forceinline__ void load_fragment_pair(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b,
+                                                   const RowView& view, Index first, Index stride,
+                                                   acc_t (&va)[kPacks][P], acc_t (&vb)[kPacks][P]) {
+  const scalar_t* const rows[2] = {a, b};
+  const RowView views[2] = {view, view};
+  acc_t v[2][kPacks][P];
+  load_fragments<scalar_t>(rows, views, first, stride, v, acc_t(0));
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) {
+      va[k][e] = v[0][k][e];
+      vb[k][e] = v[1][k][e];
+    }
+}
+
 // Stores value(k, e) (an acc value) for every row position of the fragment.
 template <typename out_t, int kPacks, int P, typename Index, typename Value>
 __device__ __forceinline__ void store_fragment(out_t* __restrict__ row, const RowView& view,
                                                Index first, Index stride, Value&& value) {
+  if (whole_fragment<out_t, kPacks, P>(row, view, first, stride)) {
+    out_t* base = row + (first - view.shift);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      Pack<out_t, P> p;
+#pragma unroll
+      for (int e = 0; e < P; ++e) p.v[e] = convert<out_t>(value(k, e));
+      p.store(base + k * stride);
+    }
+    return;
+  }
   const Index n = static_cast<Index>(view.n);
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {

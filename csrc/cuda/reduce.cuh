@@ -63,18 +63,22 @@ __device__ __forceinline__ acc_t fragment_max(const acc_t (&v)[kPacks][P]) {
 
 // sum(exp(v - max)); with kKeepExp the fragment keeps exp(v - max) in place
 // of v, so the epilogue needs no second exp (SoftmaxForwardEpilogue).
+// As exp_term, with the -inf test taken once per fragment rather than per
+// element: below a max that is not -inf, exp(-inf - max) is 0 already; a
+// max of -inf means every element is -inf (or padding).
 template <bool kKeepExp, typename Exp, int kPacks, int P, typename acc_t>
 __device__ __forceinline__ acc_t fragment_exp_sum(acc_t (&v)[kPacks][P], acc_t max) {
+  const bool empty = max == neg_infinity<acc_t>();
   acc_t sum = 0;
 #pragma unroll
   for (int k = 0; k < kPacks; ++k)
 #pragma unroll
     for (int e = 0; e < P; ++e) {
-      const acc_t t = exp_term<Exp>(v[k][e], max);
+      const acc_t t = Exp::exp(v[k][e] - max);
       sum += t;
-      if constexpr (kKeepExp) v[k][e] = t;
+      if constexpr (kKeepExp) v[k][e] = empty ? acc_t(0) : t;
     }
-  return sum;
+  return empty ? acc_t(0) : sum;
 }
 
 template <bool kKeepExp, typename Exp, int kPacks, int P, typename acc_t>

@@ -16,8 +16,8 @@ WarpShape warp_shape(int64_t needed, int pack, int max_packs) {
   return {kWarpSize, static_cast<int>(std::min<int64_t>(packs, max_packs))};
 }
 
-unsigned int warp_grid(int64_t rows, int group, int packs) {
-  const int rows_per_block = (packs == 1 ? kWarpRows<1> : 1) * (kWarpBlockThreads / group);
+unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs) {
+  const int rows_per_block = warp_rows(packs, max_packs) * (kWarpBlockThreads / group);
   return grid_for_rows(ceil_div(rows, rows_per_block));
 }
 
@@ -34,7 +34,7 @@ void warp_forward(const Problem& p, const Buffers& b) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
         softmax_warp_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, decltype(packs)::value>
-            <<<warp_grid(p.rows, shape.group, shape.packs), kWarpBlockThreads, 0,
+            <<<warp_grid(p.rows, shape.group, shape.packs, kMaxPacks), kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(static_cast<const in_t*>(b.in0),
                                                     static_cast<out_t*>(b.out), layout, shape.group);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

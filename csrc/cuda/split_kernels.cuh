@@ -116,8 +116,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const int64_t first = at.tile * tile_positions + int64_t{threadIdx.x} * P;
 
     acc_t g[kPacks][P], v[kPacks][P];
-    load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
-    if constexpr (Epi::kReduceReadsY) load_fragment<scalar_t>(y + offset[1], view, first, stride, v, acc_t(0));
+    if constexpr (Epi::kReduceReadsY) {
+      load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, g, v);
+    } else {
+      load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
+    }
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)
@@ -161,8 +164,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const int64_t first = at.tile * tile_positions + int64_t{threadIdx.x} * P;
 
     acc_t g[kPacks][P], v[kPacks][P];
-    load_fragment<scalar_t>(dy + offset[0], view, first, stride, g, acc_t(0));
-    load_fragment<scalar_t>(y + offset[1], view, first, stride, v, acc_t(0));
+    load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, g, v);
     const Epi epilogue(totals[at.row]);
     store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
                                         [&](int k, int e) { return epilogue(g[k][e], v[k][e]); });

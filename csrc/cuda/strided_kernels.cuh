@@ -83,6 +83,40 @@ __device__ __forceinline__ void load_columns(const in_t* __restrict__ src, bool 
   }
 }
 
+// A thread's column fragment of kFrags operands (the backward's dy and y):
+// axis positions j0 + e * step (e < kAxis) of P columns from base[f], whose
+// axis stride is axis_stride[f]. When every position is inside the axis and
+// the run, all loads are issued before any is converted (as load_fragments
+// in fragment.cuh); otherwise position by position.
+template <typename out_t, int kFrags, typename in_t, int kAxis, int P, typename acc_t>
+__device__ __forceinline__ void load_column_fragments(const in_t* const (&base)[kFrags],
+                                                      const int64_t (&axis_stride)[kFrags], int64_t j0, int step,
+                                                      int64_t axis_size, int64_t valid,
+                                                      acc_t (&v)[kFrags][kAxis][P], acc_t fill) {
+  if (valid >= P && j0 + int64_t{kAxis - 1} * step < axis_size) {
+    Pack<in_t, P> packs[kFrags][kAxis];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e) packs[f][e].load(base[f] + (j0 + int64_t{e} * step) * axis_stride[f]);
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e)
+#pragma unroll
+        for (int p = 0; p < P; ++p) v[f][e][p] = load_as<out_t>(packs[f][e].v[p]);
+    return;
+  }
+#pragma unroll
+  for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+    for (int e = 0; e < kAxis; ++e) {
+      const int64_t j = j0 + int64_t{e} * step;
+      const bool in_axis = j < axis_size;
+      load_columns<out_t, in_t, P>(base[f] + (in_axis ? j * axis_stride[f] : 0), in_axis, valid, v[f][e], fill);
+    }
+}
+
 template <typename out_t, int P, typename Value>
 __device__ __forceinline__ void store_columns(out_t* __restrict__ dst, int64_t valid, Value&& value) {
   if (valid >= P) {
@@ -175,14 +209,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const int64_t c0 = col_block * width + int64_t{tx} * P;
     const int64_t valid = layout.inner - c0;
 
-    acc_t v[kAxisPerThread][P];
-#pragma unroll
-    for (int e = 0; e < kAxisPerThread; ++e) {
-      const int64_t j = axis_first + int64_t{e} * rows_step;
-      const bool in_axis = j < outer.axis_size;
-      load_columns<out_t, in_t, P>(x + offset[0] + c0 + (in_axis ? j * outer.axis_stride[0] : 0), in_axis,
-                                   valid, v[e], neg_infinity<acc_t>());
-    }
+    const in_t* const base[1] = {x + offset[0] + c0};
+    const int64_t axis_stride[1] = {outer.axis_stride[0]};
+    acc_t frag[1][kAxisPerThread][P];
+    load_column_fragments<out_t>(base, axis_stride, axis_first, rows_step, outer.axis_size, valid, frag,
+                                 neg_infinity<acc_t>());
+    auto& v = frag[0];
     // Each exp is taken twice (statistics, then output): the per-column
     // state leaves no registers to keep them.
     using Epi = Epilogue<acc_t>;
@@ -243,16 +275,13 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const int64_t c0 = col_block * width + int64_t{tx} * P;
     const int64_t valid = layout.inner - c0;
 
-    acc_t g[kAxisPerThread][P], v[kAxisPerThread][P];
-#pragma unroll
-    for (int e = 0; e < kAxisPerThread; ++e) {
-      const int64_t j = axis_first + int64_t{e} * rows_step;
-      const bool in_axis = j < outer.axis_size;
-      load_columns<scalar_t, scalar_t, P>(dy + offset[0] + c0 + (in_axis ? j * outer.axis_stride[0] : 0),
-                                          in_axis, valid, g[e], acc_t(0));
-      load_columns<scalar_t, scalar_t, P>(y + offset[1] + c0 + (in_axis ? j * outer.axis_stride[1] : 0),
-                                          in_axis, valid, v[e], acc_t(0));
-    }
+    const scalar_t* const base[2] = {dy + offset[0] + c0, y + offset[1] + c0};
+    const int64_t axis_stride[2] = {outer.axis_stride[0], outer.axis_stride[1]};
+    acc_t frag[2][kAxisPerThread][P];
+    load_column_fragments<scalar_t>(base, axis_stride, axis_first, rows_step, outer.axis_size, valid, frag,
+                                    acc_t(0));
+    auto& g = frag[0];
+    auto& v = frag[1];
     acc_t part[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {

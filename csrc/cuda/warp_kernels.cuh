@@ -20,14 +20,18 @@ struct WarpShape {
   int packs;  // packs per lane: 1 below 32 lanes, up to max_packs at 32
 };
 WarpShape warp_shape(int64_t needed, int pack, int max_packs);
-unsigned int warp_grid(int64_t rows, int group, int packs);
+unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs);
 
 // Rows of the whole block are processed together; the loop bound is uniform
 // across the block so every lane takes part in every shuffle. A group holds
-// kRows rows at once: two when a row is a single pack per lane, so each lane
-// has two loads in flight.
-template <int kPacks>
-inline constexpr int kWarpRows = kPacks == 1 ? 2 : 1;
+// warp_rows(packs, max_packs) rows at once, so each lane has up to four
+// vector loads per operand in flight however short its rows, within the
+// register budget of max_packs packs per operand (config.h).
+constexpr int kWarpMinPacksInFlight = 4;
+constexpr int warp_rows(int packs, int max_packs) {
+  const int rows = (max_packs < kWarpMinPacksInFlight ? max_packs : kWarpMinPacksInFlight) / packs;
+  return rows > 1 ? rows : 1;
+}
 
 struct WarpRowLoop {
   int group;
@@ -47,7 +51,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
                                 const RowIndexer<2> layout, const int group) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
-  constexpr int kRows = kWarpRows<kPacks>;
+  constexpr int kRows = warp_rows(kPacks, elems_per_thread(is_double_acc_v<out_t>, false) / P);
   const WarpRowLoop loop{group, kRows * (kWarpBlockThreads / group)};
   const int64_t capacity = int64_t{group} * kPacks * P;
   const int first = loop.lane() * P;
@@ -56,16 +60,17 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   for (int64_t base = loop.start(); base < layout.rows; base += loop.step()) {
     int64_t offset[kRows][2];
     RowView view[kRows];
-    acc_t v[kRows][kPacks][P];
+    const in_t* x_row[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = loop.row(base, r);
       offset[r][0] = offset[r][1] = 0;
       if (row < layout.rows) layout.row_offsets(row, offset[r]);
-      view[r] = row < layout.rows ? make_view(x + offset[r][0], layout.axis_size, capacity)
-                                  : RowView{0, 0, false};
-      load_fragment<out_t>(x + offset[r][0], view[r], first, stride, v[r], neg_infinity<acc_t>());
+      x_row[r] = x + offset[r][0];
+      view[r] = row < layout.rows ? make_view(x_row[r], layout.axis_size, capacity) : RowView{0, 0, false};
     }
+    acc_t v[kRows][kPacks][P];
+    load_fragments<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       // Two shuffle passes (max, then sum) rather than one of (max, sum)
@@ -91,7 +96,7 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
-  constexpr int kRows = kWarpRows<kPacks>;
+  constexpr int kRows = warp_rows(kPacks, elems_per_thread(is_double_acc_v<scalar_t>, true) / P);
   const WarpRowLoop loop{group, kRows * (kWarpBlockThreads / group)};
   const int64_t capacity = int64_t{group} * kPacks * P;
   const int first = loop.lane() * P;
@@ -100,7 +105,9 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
   for (int64_t base = loop.start(); base < layout.rows; base += loop.step()) {
     int64_t offset[kRows][3];
     RowView view[kRows];
-    acc_t g[kRows][kPacks][P], v[kRows][kPacks][P];
+    // Fragments 0..kRows-1 are dy, kRows..2*kRows-1 are y, of the same rows.
+    const scalar_t* src[2 * kRows];
+    RowView views[2 * kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = loop.row(base, r);
@@ -108,9 +115,14 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
       if (row < layout.rows) layout.row_offsets(row, offset[r]);
       view[r] = row < layout.rows ? make_view(dy + offset[r][0], layout.axis_size, capacity)
                                   : RowView{0, 0, false};
-      load_fragment<scalar_t>(dy + offset[r][0], view[r], first, stride, g[r], acc_t(0));
-      load_fragment<scalar_t>(y + offset[r][1], view[r], first, stride, v[r], acc_t(0));
+      src[r] = dy + offset[r][0];
+      src[kRows + r] = y + offset[r][1];
+      views[r] = views[kRows + r] = view[r];
     }
+    acc_t t[2 * kRows][kPacks][P];
+    load_fragments<scalar_t>(src, views, first, stride, t, acc_t(0));
+    auto& g = reinterpret_cast<acc_t(&)[kRows][kPacks][P]>(t[0]);
+    auto& v = reinterpret_cast<acc_t(&)[kRows][kPacks][P]>(t[kRows]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       acc_t sum = 0;
