@@ -274,6 +274,11 @@ struct RowIndexer {
   int64_t batch_stride[N][kMaxBatchRank];
 
   __device__ __forceinline__ void row_offsets(int64_t row, int64_t (&offset)[N]) const {
+    if (batch_rank == 1) {  // the common case after coalescing: one row stride
+#pragma unroll
+      for (int k = 0; k < N; ++k) offset[k] = row * batch_stride[k][0];
+      return;
+    }
 #pragma unroll
     for (int k = 0; k < N; ++k) offset[k] = 0;
     // Fully unrolled with compile-time indices so the arrays stay in
@@ -412,6 +417,17 @@ inline int64_t next_pow2(int64_t v) {
   int64_t p = 1;
   while (p < v) p *= 2;
   return p;
+}
+
+// Calls f(std::true_type{}) or f(std::false_type{}): a runtime flag as a
+// template argument.
+template <typename F>
+void dispatch_bool(bool flag, F&& f) {
+  if (flag) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
 }
 
 // Calls f(std::integral_constant<int, K>{}) for the compiled fragment size
