@@ -38,12 +38,14 @@ def register_floats(dtype, backward):
 
 def expected_limits(dtype, backward, max_cluster):
     e = register_floats(dtype, backward)
-    tile_columns = 128 // torch.empty((), dtype=dtype).element_size()
+    element_size = torch.empty((), dtype=dtype).element_size()
+    tile_columns = 128 // element_size
     block_threads = 512 if max_cluster > 1 else 1024  # two blocks per SM where clusters take longer rows
+    packed = e * (2 if element_size == 2 else 1)  # block/cluster keep f16/bf16 packed, two per register
     return {
         "warp": 32 * e,
-        "block": block_threads * e,
-        "cluster": 1024 * e * max_cluster if max_cluster > 1 else 0,
+        "block": block_threads * packed,
+        "cluster": 1024 * packed * max_cluster if max_cluster > 1 else 0,
         "strided": 1024 * e // tile_columns * max_cluster,
         "split_tile": 512 * e,
         "strided_min_inner": 4,
@@ -116,7 +118,8 @@ def contiguous_cases(dtype, backward, max_cluster):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
 def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
     for n, family in contiguous_cases(dtype, backward, max_cluster):
         rows = 3 if n * 3 <= 1 << 22 else 1
@@ -172,6 +175,13 @@ def test_unaligned_rows_long(n, start):
         dx = ours(name)(dy, y, -1)
         assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} start={start}",
                              **tolerances(name, torch.float32, n))
+        # bf16 backward: packed fragments, dy and y both off the 16-byte grid
+        yb_base = make_input((3, n + 8), torch.bfloat16, "cuda", seed=n + 2)
+        yb = ours(kind)(yb_base[:, start : start + n].float(), -1).to(torch.bfloat16)
+        dyb = base[:, start : start + n]
+        dxb = ours(name)(dyb, yb, -1)
+        assert_close_verbose(dxb, reference_backward(name, dyb, yb, -1), msg=f"bf16 {name} n={n} start={start}",
+                             **tolerances(name, torch.bfloat16, n))
 
 
 @pytest.mark.parametrize("n", [100, 5000, 70000, 600000])

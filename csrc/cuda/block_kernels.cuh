@@ -94,13 +94,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const in_t* x_row = x + offset[0];
     const RowView view = make_view(x_row, layout.axis_size, int64_t{block_positions} * cluster_size);
 
-    acc_t v[kPacks][P];
-    load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+    Fragment<in_t, out_t, kPacks> v;
+    v.load(x_row, view, first, stride, neg_infinity<acc_t>());
+    const auto at = [&](int k, int e) { return v.at(k, e); };
     // One block reduction of (max, sum) pairs; the exps are taken again for
     // the output rather than kept (keeping them spilled registers at 512
     // threads x 32 floats).
     using Epi = Epilogue<acc_t>;
-    MaxSum<acc_t> stats = block_all_reduce(fragment_stats<false, typename Epi::Exp>(v), CombineMaxSum{},
+    MaxSum<acc_t> stats = block_all_reduce(fragment_stats_at<typename Epi::Exp, kPacks, P>(at), CombineMaxSum{},
                                            empty_stats<acc_t>(), scratch);
     if (cluster_size > 1) {
       if (arrive_pending) cluster_wait();
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     const Epi epilogue(stats.max, stats.sum);
     store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
-                                     [&](int k, int e) { return epilogue(v[k][e]); });
+                                     [&](int k, int e) { return epilogue(at(k, e)); });
   }
   // Peers may still read this block's `slot`: stay until they are done.
   if (arrive_pending) cluster_wait();
@@ -140,13 +141,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     layout.row_offsets(row, offset);
     const RowView view = make_view(dy + offset[0], layout.axis_size, int64_t{block_positions} * cluster_size);
 
-    acc_t g[kPacks][P], v[kPacks][P];
-    load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, g, v);
+    using Frag = Fragment<scalar_t, scalar_t, kPacks>;
+    Frag g, v;
+    Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)
 #pragma unroll
-      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g[k][e], v[k][e]);
+      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g.at(k, e), v.at(k, e));
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
 
     if (cluster_size > 1) {
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     const Epi epilogue(sum);
     store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
-                                        [&](int k, int e) { return epilogue(g[k][e], v[k][e]); });
+                                        [&](int k, int e) { return epilogue(g.at(k, e), v.at(k, e)); });
   }
   if (arrive_pending) cluster_wait();
 }

@@ -17,6 +17,8 @@
 #include "cuda/common.cuh"
 #include "cuda/config.h"
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 namespace softmax_ext::cuda {
@@ -216,5 +218,90 @@ __device__ __forceinline__ void store_fragment(out_t* __restrict__ row, const Ro
     }
   }
 }
+
+// The register fragment of the block and cluster families: kPacks packs per
+// thread (the layout above), element (k, e) read as an accumulator value by
+// at(k, e). f32 and f64 rows are held as accumulator values, widened at load
+// (as load_as<out_t>).
+template <typename in_t, typename out_t, int kPacks, bool kPacked = is_reduced_float_v<in_t>>
+struct Fragment {
+  static constexpr int P = kPack<in_t>;
+  using acc_t = acc_type<out_t>;
+  acc_t v[kPacks][P];
+
+  __device__ __forceinline__ acc_t at(int k, int e) const { return v[k][e]; }
+
+  template <typename Index>
+  __device__ __forceinline__ void load(const in_t* __restrict__ row, const RowView& view, Index first,
+                                       Index stride, acc_t fill) {
+    load_fragment<out_t>(row, view, first, stride, v, fill);
+  }
+  // The backward's dy and y: every load of both issued before either is widened.
+  template <typename Index>
+  __device__ __forceinline__ static void load_pair(Fragment& a, Fragment& b, const in_t* __restrict__ a_row,
+                                                   const in_t* __restrict__ b_row, const RowView& view,
+                                                   Index first, Index stride) {
+    load_fragment_pair(a_row, b_row, view, first, stride, a.v, b.v);
+  }
+};
+
+// f16/bf16 rows stay packed as they are in memory, two elements per 32-bit
+// register, and are widened where the maths reads them: a thread holds twice
+// as many elements in the same registers (config.h, block_elems_per_thread).
+// (Arrays of 16-bit values would take a register each.) Widening is exact,
+// and the fast kernels read f16/bf16 as f16/bf16 or f32, so at(k, e) equals
+// load_as<out_t> of the element.
+template <typename in_t, typename out_t, int kPacks>
+struct Fragment<in_t, out_t, kPacks, true> {
+  static constexpr int P = kPack<in_t>;
+  static constexpr int kWords = P / 2;
+  uint32_t w[kPacks][kWords];
+
+  __device__ __forceinline__ float at(int k, int e) const {
+    const uint32_t word = w[k][e / 2];
+    if constexpr (std::is_same_v<in_t, c10::BFloat16>) {
+      return __uint_as_float(e % 2 ? word & 0xffff0000u : word << 16);
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(e % 2 ? word >> 16 : word)));
+    }
+  }
+
+  template <typename Index>
+  __device__ __forceinline__ void load(const in_t* __restrict__ row, const RowView& view, Index first,
+                                       Index stride, float fill) {
+    if (whole_fragment<in_t, kPacks, P>(row, view, first, stride)) {
+      const in_t* p = row + (first - view.shift);
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) {
+        const uint4 r = *reinterpret_cast<const uint4*>(p + k * stride);
+        w[k][0] = r.x;
+        w[k][1] = r.y;
+        w[k][2] = r.z;
+        w[k][3] = r.w;
+      }
+      return;
+    }
+    const uint32_t fill_bits = in_t(fill).x;
+    const Index n = static_cast<Index>(view.n);
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const Index j = first + k * stride - view.shift + 2 * i;
+        const uint32_t lo = j >= 0 && j < n ? row[j].x : fill_bits;
+        const uint32_t hi = j + 1 >= 0 && j + 1 < n ? row[j + 1].x : fill_bits;
+        w[k][i] = lo | hi << 16;
+      }
+  }
+  // No conversion follows a load here, so nothing stalls between them.
+  template <typename Index>
+  __device__ __forceinline__ static void load_pair(Fragment& a, Fragment& b, const in_t* __restrict__ a_row,
+                                                   const in_t* __restrict__ b_row, const RowView& view,
+                                                   Index first, Index stride) {
+    a.load(a_row, view, first, stride, 0.0f);
+    b.load(b_row, view, first, stride, 0.0f);
+  }
+};
+static_assert(kPack<c10::BFloat16> == 8 && sizeof(uint4) == kVectorBytes, "a packed pack is one uint4");
 
 }  // namespace softmax_ext::cuda

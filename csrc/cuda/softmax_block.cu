@@ -28,7 +28,7 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     constexpr int P = kPack<in_t>;
-    constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
+    constexpr int kPacks = block_elems_per_thread(sizeof(in_t), is_double_acc_v<out_t>, false) / P;
     const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
                                          kPacks * P, max_cluster, max_cluster_size(p.device_index));
     dispatch_kind(p.kind, [&](auto epilogues) {

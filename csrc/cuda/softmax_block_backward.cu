@@ -11,7 +11,7 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.block_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
     constexpr int P = kPack<scalar_t>;
-    constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
+    constexpr int kPacks = block_elems_per_thread(sizeof(scalar_t), is_double_acc_v<scalar_t>, true) / P;
     const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
                                          kPacks * P, max_cluster, max_cluster_size(p.device_index));
     dispatch_kind(p.kind, [&](auto epilogues) {

@@ -41,15 +41,16 @@ KernelFamily select_cuda(const Problem& p) {
   const bool bw = p.is_backward();
   const int max_cluster = cuda::max_cluster_size(p.device_index);
   const int64_t n = p.axis_size;
+  const int64_t bytes = c10::elementSize(p.in_dtype);
   if (p.axis_contiguous()) {
     if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
-    if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
-    if (max_cluster > 1 && n <= cuda::cluster_capacity(dbl, bw, max_cluster))
+    if (n <= cuda::block_capacity(bytes, dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
+    if (max_cluster > 1 && n <= cuda::cluster_capacity(bytes, dbl, bw, max_cluster))
       return KernelFamily::kCudaCluster;
     return KernelFamily::kCudaSplit;
   }
   if (p.inner_size() >= cuda::kStridedMinInner &&
-      n <= cuda::strided_capacity(dbl, bw, c10::elementSize(p.in_dtype), max_cluster))
+      n <= cuda::strided_capacity(dbl, bw, bytes, max_cluster))
     return KernelFamily::kCudaStrided;
   return KernelFamily::kCudaReference;
 }
