@@ -41,10 +41,10 @@ def expected_limits(dtype, backward, max_cluster):
     element_size = torch.empty((), dtype=dtype).element_size()
     tile_columns = 128 // element_size
     block_threads = 512 if max_cluster > 1 else 1024  # two blocks per SM where clusters take longer rows
-    packed = e * (2 if element_size == 2 else 1)  # block/cluster keep f16/bf16 packed, two per register
+    packed = e * (2 if dtype == torch.bfloat16 else 1)  # clusters keep bf16 packed, two per register
     return {
         "warp": 32 * e,
-        "block": block_threads * packed,
+        "block": block_threads * e,
         "cluster": 1024 * packed * max_cluster if max_cluster > 1 else 0,
         "strided": 1024 * e // tile_columns * max_cluster,
         "split_tile": 512 * e,

@@ -6,7 +6,8 @@
 //
 // Block b of a cluster holds view positions [b * C, (b + 1) * C) of the row,
 // C = blockDim.x * kPacks * P. Clusters walk the rows grid-stride; a cluster
-// of one block is the plain block family.
+// of one block is the plain block family. kPacked: the rows stay packed in
+// registers (Fragment, fragment.cuh; config.h says where).
 #pragma once
 
 #include "cuda/common.cuh"
@@ -73,7 +74,7 @@ struct ClusterRowLoop {
   __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
 };
 
-template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks>
+template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks, bool kPacked>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_block_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
                                  const RowIndexer<2> layout, const int cluster_size) {
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const in_t* x_row = x + offset[0];
     const RowView view = make_view(x_row, layout.axis_size, int64_t{block_positions} * cluster_size);
 
-    Fragment<in_t, out_t, kPacks> v;
+    Fragment<in_t, out_t, kPacks, kPacked> v;
     v.load(x_row, view, first, stride, neg_infinity<acc_t>());
     const auto at = [&](int k, int e) { return v.at(k, e); };
     // One block reduction of (max, sum) pairs; the exps are taken again for
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   if (arrive_pending) cluster_wait();
 }
 
-template <template <typename> class Epilogue, typename scalar_t, int kPacks>
+template <template <typename> class Epilogue, typename scalar_t, int kPacks, bool kPacked>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_block_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
                                   scalar_t* __restrict__ dx, const RowIndexer<3> layout,
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     layout.row_offsets(row, offset);
     const RowView view = make_view(dy + offset[0], layout.axis_size, int64_t{block_positions} * cluster_size);
 
-    using Frag = Fragment<scalar_t, scalar_t, kPacks>;
+    using Frag = Fragment<scalar_t, scalar_t, kPacks, kPacked>;
     Frag g, v;
     Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
     acc_t sum = 0;

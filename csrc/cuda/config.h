@@ -51,16 +51,8 @@ constexpr int kClusterBlockThreads = 512;
 constexpr int max_block_threads(bool clusters) { return clusters ? kClusterBlockThreads : kMaxBlockThreads; }
 // The smallest block the family launches; shorter rows are the warp family's.
 constexpr int kMinBlockThreads = 64;
-// The block and cluster families keep f16/bf16 rows in registers as they are
-// in memory, two values per register, widened only for the maths: a thread
-// holds twice as many 16-bit elements, the same bytes as with f32. (Widened
-// to float at load, a bf16 thread held 64 bytes: 87% of the copy bandwidth on
-// 16384-element rows and 63% on 65536 on H100, against 99% and 85% for f32.)
-constexpr int block_elems_per_thread(int64_t element_bytes, bool double_acc, bool backward) {
-  return elems_per_thread(double_acc, backward) * (element_bytes == 2 ? 2 : 1);
-}
-constexpr int64_t block_capacity(int64_t element_bytes, bool double_acc, bool backward, bool clusters) {
-  return int64_t{max_block_threads(clusters)} * block_elems_per_thread(element_bytes, double_acc, backward);
+constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) {
+  return int64_t{max_block_threads(clusters)} * elems_per_thread(double_acc, backward);
 }
 
 // Cluster family (sm_90+): a row lives in the registers of a thread-block
@@ -71,8 +63,18 @@ constexpr int64_t block_capacity(int64_t element_bytes, bool double_acc, bool ba
 // allows, 1024 for the longest rows.
 constexpr int kPortableClusterSize = 8;
 constexpr int kMaxClusterSize = 16;
-constexpr int64_t cluster_capacity(int64_t element_bytes, bool double_acc, bool backward, int cluster_size) {
-  return int64_t{kMaxBlockThreads} * block_elems_per_thread(element_bytes, double_acc, backward) * cluster_size;
+// The cluster family keeps bf16 rows in registers as they are in memory, two
+// values per register, widened only for the maths: a thread holds twice as
+// many elements, the same bytes as with f32, and a row needs half the
+// blocks. (Widened at load, bf16 rows of 65536 and 262144 ran at 63% and 55%
+// of the copy bandwidth on H100; packed, at 78% and 72%. Packed f16, and
+// packed rows in the block family, ran slower than widened ones.)
+constexpr bool packs_registers(c10::ScalarType in) { return in == c10::ScalarType::BFloat16; }
+constexpr int cluster_elems_per_thread(c10::ScalarType in, bool double_acc, bool backward) {
+  return elems_per_thread(double_acc, backward) * (packs_registers(in) ? 2 : 1);
+}
+constexpr int64_t cluster_capacity(c10::ScalarType in, bool double_acc, bool backward, int cluster_size) {
+  return int64_t{kMaxBlockThreads} * cluster_elems_per_thread(in, double_acc, backward) * cluster_size;
 }
 
 // Split family (any length, any GPU): the row is cut into tiles of

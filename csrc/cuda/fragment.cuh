@@ -221,9 +221,8 @@ __device__ __forceinline__ void store_fragment(out_t* __restrict__ row, const Ro
 
 // The register fragment of the block and cluster families: kPacks packs per
 // thread (the layout above), element (k, e) read as an accumulator value by
-// at(k, e). f32 and f64 rows are held as accumulator values, widened at load
-// (as load_as<out_t>).
-template <typename in_t, typename out_t, int kPacks, bool kPacked = is_reduced_float_v<in_t>>
+// at(k, e). Unpacked: accumulator values, widened at load (as load_as<out_t>).
+template <typename in_t, typename out_t, int kPacks, bool kPacked>
 struct Fragment {
   static constexpr int P = kPack<in_t>;
   using acc_t = acc_type<out_t>;
@@ -245,25 +244,40 @@ struct Fragment {
   }
 };
 
-// f16/bf16 rows stay packed as they are in memory, two elements per 32-bit
+// Packed: f16/bf16 rows stay as they are in memory, two elements per 32-bit
 // register, and are widened where the maths reads them: a thread holds twice
-// as many elements in the same registers (config.h, block_elems_per_thread).
+// as many elements in the same registers (config.h, packs_registers).
 // (Arrays of 16-bit values would take a register each.) Widening is exact,
 // and the fast kernels read f16/bf16 as f16/bf16 or f32, so at(k, e) equals
 // load_as<out_t> of the element.
 template <typename in_t, typename out_t, int kPacks>
 struct Fragment<in_t, out_t, kPacks, true> {
+  static_assert(is_reduced_float_v<in_t>, "only 16-bit rows are packed");
   static constexpr int P = kPack<in_t>;
   static constexpr int kWords = P / 2;
   uint32_t w[kPacks][kWords];
 
+  // The widening is volatile asm so the compiler cannot keep its results
+  // for the next pass over the fragment (the statistics, then the output):
+  // 64 widened values would not fit the registers, one instruction per read
+  // does.
   __device__ __forceinline__ float at(int k, int e) const {
     const uint32_t word = w[k][e / 2];
+    float out;
     if constexpr (std::is_same_v<in_t, c10::BFloat16>) {
-      return __uint_as_float(e % 2 ? word & 0xffff0000u : word << 16);
+      if (e % 2) {
+        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(out) : "r"(word));
+      } else {
+        asm volatile("shl.b32 %0, %1, 16;" : "=f"(out) : "r"(word));
+      }
     } else {
-      return __half2float(__ushort_as_half(static_cast<unsigned short>(e % 2 ? word >> 16 : word)));
+      if (e % 2) {
+        asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(out) : "r"(word));
+      } else {
+        asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(out) : "r"(word));
+      }
     }
+    return out;
   }
 
   template <typename Index>

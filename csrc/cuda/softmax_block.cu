@@ -28,14 +28,19 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     constexpr int P = kPack<in_t>;
-    constexpr int kPacks = block_elems_per_thread(sizeof(in_t), is_double_acc_v<out_t>, false) / P;
-    const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
-                                         kPacks * P, max_cluster, max_cluster_size(p.device_index));
-    dispatch_kind(p.kind, [&](auto epilogues) {
-      using E = decltype(epilogues);
-      launch_row_blocks(softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks>, p.rows,
-                        shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
-                        shape.cluster_size);
+    // The cluster family keeps bf16 rows packed (config.h, packs_registers).
+    dispatch_bool(max_cluster > 1 && packs_registers(p.in_dtype), [&](auto packed) {
+      constexpr bool kPacked = decltype(packed)::value && std::is_same_v<in_t, c10::BFloat16>;
+      constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) * (kPacked ? 2 : 1) / P;
+      const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
+                                           kPacks * P, max_cluster, max_cluster_size(p.device_index));
+      dispatch_kind(p.kind, [&](auto epilogues) {
+        using E = decltype(epilogues);
+        launch_row_blocks(
+            softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks, kPacked>,
+            p.rows, shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
+            shape.cluster_size);
+      });
     });
   });
 }

@@ -11,14 +11,17 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.block_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
     constexpr int P = kPack<scalar_t>;
-    constexpr int kPacks = block_elems_per_thread(sizeof(scalar_t), is_double_acc_v<scalar_t>, true) / P;
-    const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
-                                         kPacks * P, max_cluster, max_cluster_size(p.device_index));
-    dispatch_kind(p.kind, [&](auto epilogues) {
-      using E = decltype(epilogues);
-      launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, kPacks>, p.rows,
-                        shape, static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
-                        static_cast<scalar_t*>(b.out), layout, shape.cluster_size);
+    dispatch_bool(max_cluster > 1 && packs_registers(p.in_dtype), [&](auto packed) {
+      constexpr bool kPacked = decltype(packed)::value && std::is_same_v<scalar_t, c10::BFloat16>;
+      constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) * (kPacked ? 2 : 1) / P;
+      const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
+                                           kPacks * P, max_cluster, max_cluster_size(p.device_index));
+      dispatch_kind(p.kind, [&](auto epilogues) {
+        using E = decltype(epilogues);
+        launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, kPacks, kPacked>, p.rows,
+                          shape, static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
+                          static_cast<scalar_t*>(b.out), layout, shape.cluster_size);
+      });
     });
   });
 }

@@ -23,8 +23,8 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> limits(const at::Tens
   const int clusters = cuda::max_cluster_size(like.device().index());
   const int64_t bytes = c10::elementSize(like.scalar_type());
   return {{"warp", "block", "cluster", "strided", "max_cluster_size", "strided_min_inner", "split_tile"},
-          {cuda::warp_capacity(dbl, backward), cuda::block_capacity(bytes, dbl, backward, clusters > 1),
-           clusters > 1 ? cuda::cluster_capacity(bytes, dbl, backward, clusters) : 0,
+          {cuda::warp_capacity(dbl, backward), cuda::block_capacity(dbl, backward, clusters > 1),
+           clusters > 1 ? cuda::cluster_capacity(like.scalar_type(), dbl, backward, clusters) : 0,
            cuda::strided_capacity(dbl, backward, bytes, clusters), clusters,
            cuda::kStridedMinInner, cuda::split_tile(dbl, backward)}};
 #else

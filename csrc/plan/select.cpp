@@ -44,8 +44,8 @@ KernelFamily select_cuda(const Problem& p) {
   const int64_t bytes = c10::elementSize(p.in_dtype);
   if (p.axis_contiguous()) {
     if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
-    if (n <= cuda::block_capacity(bytes, dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
-    if (max_cluster > 1 && n <= cuda::cluster_capacity(bytes, dbl, bw, max_cluster))
+    if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
+    if (max_cluster > 1 && n <= cuda::cluster_capacity(p.in_dtype, dbl, bw, max_cluster))
       return KernelFamily::kCudaCluster;
     return KernelFamily::kCudaSplit;
   }
