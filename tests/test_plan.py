@@ -129,7 +129,8 @@ def test_plan_does_not_run(sx):
 @requires_cuda
 def test_plan_cuda(sx):
     p = sx.plan(torch.randn(4, 8, device="cuda"), -1)
-    assert p.kernel.startswith("cuda.reference"), p.kernel
+    assert p.kernel == "cuda.warp.f32", p.kernel  # short contiguous rows: the warp family
+    assert sx.plan(torch.randn(4, 8, device="cuda"), -1, dtype=torch.float16).kernel == "cuda.reference.f32_f16"
     assert p.accumulator == torch.float32 and p.deterministic is True
     assert p.problem.rows == 4 and p.problem.axis_size == 8
     p64 = sx.plan(torch.randn(4, 8, device="cuda", dtype=torch.float64), -1)
