@@ -40,7 +40,8 @@ def expected_limits(dtype, backward, max_cluster):
     e = register_floats(dtype, backward)
     element_size = torch.empty((), dtype=dtype).element_size()
     tile_columns = 128 // element_size
-    block_threads = 512 if max_cluster > 1 else 1024  # two blocks per SM where clusters take longer rows
+    # backward: two blocks per SM where clusters take longer rows
+    block_threads = 512 if max_cluster > 1 and backward else 1024
     packed = e * (2 if dtype == torch.bfloat16 else 1)  # clusters keep bf16 packed, two per register
     return {
         "warp": 32 * e,

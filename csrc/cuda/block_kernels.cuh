@@ -23,13 +23,14 @@ namespace softmax_ext::cuda {
 // Host side (softmax_block.cu). The geometry for a row of `needed` view
 // positions, `per_thread` of them per thread, on a device whose largest
 // cluster is `device_cluster`, with at most `max_cluster` blocks per row (1:
-// the block family): a block just large enough for the row, or a cluster of
-// 512-thread blocks, of 1024-thread blocks when 512 cannot hold the row.
+// the block family): a block just large enough for the row (up to
+// max_block_threads, config.h), or a cluster of 512-thread blocks, of
+// 1024-thread blocks when 512 cannot hold the row.
 struct BlockShape {
   int threads;
   int cluster_size;
 };
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster);
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward);
 
 // A launch configuration of `blocks` blocks of `threads` threads, grouped in
 // clusters of `cluster_size` along x when that is above 1. Not copyable: the
@@ -81,13 +82,15 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
   __shared__ MaxSum<acc_t> scratch[kWarpSize];
-  __shared__ MaxSum<acc_t> slot, combined;
+  __shared__ MaxSum<acc_t> combined;
+  __shared__ ClusterExchange<MaxSum<acc_t>> exchange;
+  if (cluster_size > 1) cluster_exchange_init(exchange);
+  unsigned round = 0;
 
   const ClusterRowLoop loop{cluster_size};
   const int block_positions = blockDim.x * kPacks * P;
   const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
   const int stride = blockDim.x * P;
-  bool arrive_pending = false;
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[2];
@@ -97,27 +100,36 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     Fragment<in_t, out_t, kPacks, kPacked> v;
     v.load(x_row, view, first, stride, neg_infinity<acc_t>());
-    const auto at = [&](int k, int e) { return v.at(k, e); };
-    // One block reduction of (max, sum) pairs; the exps are taken again for
-    // the output rather than kept (keeping them spilled registers at 512
-    // threads x 32 floats).
     using Epi = Epilogue<acc_t>;
-    MaxSum<acc_t> stats = block_all_reduce(fragment_stats_at<typename Epi::Exp, kPacks, P>(at), CombineMaxSum{},
-                                           empty_stats<acc_t>(), scratch);
-    if (cluster_size > 1) {
-      if (arrive_pending) cluster_wait();
-      if (threadIdx.x == 0) slot = stats;
-      stats = cluster_all_reduce(&slot, cluster_size, empty_stats<acc_t>(), &combined,
-                                 [](MaxSum<acc_t> part) { return warp_all_reduce(part, CombineMaxSum{}); });
-      arrive_pending = true;
+    // Unpacked softmax keeps exp(x - m) in place of x, m the thread's own
+    // max, and scales by exp(m - max) / sum at the store: one exp per
+    // element. Otherwise the exps are taken again for the output (packed
+    // rows have no room to keep them; log_softmax needs none there).
+    constexpr bool kKeep = !kPacked && Epi::kKeepsExp;
+    acc_t local_max = 0;
+    MaxSum<acc_t> stats;
+    if constexpr (kKeep) {
+      local_max = fragment_max(v.v);
+      stats = {local_max, fragment_exp_sum<true, typename Epi::Exp>(v.v, local_max)};
+    } else {
+      stats = fragment_stats<typename Epi::Exp, kPacks, P>([&](int k, int e) { return v.at(k, e); });
     }
+    stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+    if (cluster_size > 1)
+      stats = cluster_exchange(exchange, stats, cluster_size, round++, empty_stats<acc_t>(), &combined,
+                               [](MaxSum<acc_t> part) { return warp_all_reduce(part, CombineMaxSum{}); });
 
     const Epi epilogue(stats.max, stats.sum);
-    store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
-                                     [&](int k, int e) { return epilogue(at(k, e)); });
+    if constexpr (kKeep) {
+      const acc_t scale = epilogue.scale_from(local_max);
+      store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+                                       [&](int k, int e) { return epilogue.finish(v.v[k][e], scale); });
+    } else {
+      store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+                                       [&](int k, int e) { return epilogue(v.at(k, e)); });
+    }
   }
-  // Peers may still read this block's `slot`: stay until they are done.
-  if (arrive_pending) cluster_wait();
+  if (cluster_size > 1 && round == 0) cluster_wait();
 }
 
 template <template <typename> class Epilogue, typename scalar_t, int kPacks, bool kPacked>
@@ -129,13 +141,15 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
   __shared__ acc_t scratch[kWarpSize];
-  __shared__ acc_t slot, combined;
+  __shared__ acc_t combined;
+  __shared__ ClusterExchange<acc_t> exchange;
+  if (cluster_size > 1) cluster_exchange_init(exchange);
+  unsigned round = 0;
 
   const ClusterRowLoop loop{cluster_size};
   const int block_positions = blockDim.x * kPacks * P;
   const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
   const int stride = blockDim.x * P;
-  bool arrive_pending = false;
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[3];
@@ -152,19 +166,15 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g.at(k, e), v.at(k, e));
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
 
-    if (cluster_size > 1) {
-      if (arrive_pending) cluster_wait();
-      if (threadIdx.x == 0) slot = sum;
-      sum = cluster_all_reduce(&slot, cluster_size, acc_t(0), &combined,
-                               [](acc_t part) { return warp_all_reduce(part, Sum{}); });
-      arrive_pending = true;
-    }
+    if (cluster_size > 1)
+      sum = cluster_exchange(exchange, sum, cluster_size, round++, acc_t(0), &combined,
+                             [](acc_t part) { return warp_all_reduce(part, Sum{}); });
 
     const Epi epilogue(sum);
     store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
                                         [&](int k, int e) { return epilogue(g.at(k, e), v.at(k, e)); });
   }
-  if (arrive_pending) cluster_wait();
+  if (cluster_size > 1 && round == 0) cluster_wait();
 }
 
 }  // namespace softmax_ext::cuda

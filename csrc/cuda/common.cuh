@@ -98,9 +98,17 @@ __host__ __device__ __forceinline__ T neg_infinity() {
 // max that returns NaN when either operand is NaN, in either position, so a
 // NaN anywhere in a row survives any reduction order (fmaxf would drop it).
 // Every later step then turns the whole row into NaN, as torch does.
+// On sm_80+ floats take the one-instruction max.NaN (FMNMX.NAN).
 struct NanMax {
   template <typename T>
   __host__ __device__ __forceinline__ T operator()(T a, T b) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (std::is_same_v<T, float>) {
+      float r;
+      asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+      return r;
+    }
+#endif
     return (a != a || a > b) ? a : b;
   }
 };
@@ -126,12 +134,12 @@ struct Sum {
 // per-element division, and no division subroutine in the register-bound
 // kernels).
 //
-// operator()(x) computes the output from x (reference, block, cluster,
-// split and strided kernels, which take each exp twice). The warp kernel
-// takes each exp once: it keeps `kept` = exp(x - local_max) in place of x
-// when kKeepsExp (softmax), where local_max is the max over the values its
-// lane group saw, and finishes with finish(kept, scale_from(local_max));
-// log_softmax keeps x itself.
+// operator()(x) computes the output from x (reference, split and strided
+// kernels, and packed rows, which take each exp twice). The warp, block and
+// cluster kernels take each exp once: they keep `kept` = exp(x - local_max)
+// in place of x when kKeepsExp (softmax), where local_max is the max over
+// the values the thread (or its lane group) saw, and finish with
+// finish(kept, scale_from(local_max)); log_softmax keeps x itself.
 template <typename acc_t, typename ExpPolicy = AccurateExp>
 struct SoftmaxForwardEpilogue {
   using Exp = ExpPolicy;

@@ -40,19 +40,24 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 }
 
 // Block family: a row lives in the registers of one block, one read and one
-// write of global memory. Where clusters exist (sm_90+) a block has at most
-// 512 threads, so two blocks share an SM and one's loads overlap the other's
-// reductions (1024-thread blocks, one per SM, reached 69% of the copy
-// bandwidth on 16384-float rows backward on H100; benchmarks/bench_softmax);
-// longer rows go to a cluster. Without clusters a block grows to the
-// hardware's 1024 threads before the split family takes over.
+// write of global memory. A forward block grows to the hardware's 1024
+// threads (f32 rows of 32768 ran at 98% of the copy bandwidth on H200 in one
+// block, at 84-90% as a cluster of two 512-thread blocks). Where clusters
+// exist (sm_90+) a backward block has at most 512 threads, so two blocks
+// share an SM and one's loads overlap the other's reductions (1024-thread
+// blocks, one per SM, reached 69% of the copy bandwidth on 16384-float rows
+// backward on H100; benchmarks/bench_softmax); longer rows go to a cluster.
+// Without clusters a block grows to 1024 threads before the split family
+// takes over.
 constexpr int kMaxBlockThreads = 1024;
 constexpr int kClusterBlockThreads = 512;
-constexpr int max_block_threads(bool clusters) { return clusters ? kClusterBlockThreads : kMaxBlockThreads; }
+constexpr int max_block_threads(bool clusters, bool backward) {
+  return clusters && backward ? kClusterBlockThreads : kMaxBlockThreads;
+}
 // The smallest block the family launches; shorter rows are the warp family's.
 constexpr int kMinBlockThreads = 64;
 constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) {
-  return int64_t{max_block_threads(clusters)} * elems_per_thread(double_acc, backward);
+  return int64_t{max_block_threads(clusters, backward)} * elems_per_thread(double_acc, backward);
 }
 
 // Cluster family (sm_90+): a row lives in the registers of a thread-block

@@ -6,9 +6,9 @@
 
 namespace softmax_ext::cuda {
 
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster) {
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward) {
   const int64_t threads = ceil_div(needed, per_thread);
-  const int block_max = max_block_threads(device_cluster > 1);
+  const int block_max = max_block_threads(device_cluster > 1, backward);
   if (threads <= block_max || max_cluster <= 1) {
     const int64_t warps = ceil_div(threads, kWarpSize);
     return {static_cast<int>(std::clamp<int64_t>(warps * kWarpSize, kMinBlockThreads, block_max)), 1};
@@ -33,7 +33,7 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
       constexpr bool kPacked = decltype(packed)::value && std::is_same_v<in_t, c10::BFloat16>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) * (kPacked ? 2 : 1) / P;
       const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
-                                           kPacks * P, max_cluster, max_cluster_size(p.device_index));
+                                           kPacks * P, max_cluster, max_cluster_size(p.device_index), false);
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
         launch_row_blocks(

@@ -15,7 +15,7 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
       constexpr bool kPacked = decltype(packed)::value && std::is_same_v<scalar_t, c10::BFloat16>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) * (kPacked ? 2 : 1) / P;
       const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
-                                           kPacks * P, max_cluster, max_cluster_size(p.device_index));
+                                           kPacks * P, max_cluster, max_cluster_size(p.device_index), true);
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
         launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, kPacks, kPacked>, p.rows,

@@ -39,7 +39,8 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   s.columns = static_cast<int>(width / s.pack);
   const int64_t axis_per_thread = per_thread / s.pack;
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
-  const int64_t rows_max = max_block_threads(max_cluster > 1) / s.columns;
+  // As the block family's backward: 512-thread blocks where clusters exist.
+  const int64_t rows_max = (max_cluster > 1 ? kClusterBlockThreads : kMaxBlockThreads) / s.columns;
   if (rows_needed <= rows_max || max_cluster <= 1) {
     TORCH_INTERNAL_ASSERT(rows_needed <= kMaxBlockThreads / s.columns, "softmax_ext cuda.strided: an axis of ",
                           p.axis_size, " exceeds a block");

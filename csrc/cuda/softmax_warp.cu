@@ -9,11 +9,12 @@
 
 namespace softmax_ext::cuda {
 
-WarpShape warp_shape(int64_t needed, int pack, int max_packs) {
-  const int64_t lanes = ceil_div(needed, pack);
-  if (lanes <= kWarpSize / 2) return {static_cast<int>(next_pow2(lanes)), 1};
-  const int64_t packs = next_pow2(ceil_div(needed, int64_t{kWarpSize} * pack));
-  return {kWarpSize, static_cast<int>(std::min<int64_t>(packs, max_packs))};
+WarpShape warp_shape(int64_t needed, int pack, int max_packs, int target_packs) {
+  const int64_t packs_needed = ceil_div(needed, pack);
+  const int64_t fewest = next_pow2(ceil_div(packs_needed, std::min(target_packs, max_packs)));
+  const int64_t group = std::clamp<int64_t>(fewest, std::min<int64_t>(packs_needed, kWarpMinGroup), kWarpSize);
+  const int64_t packs = std::min<int64_t>(next_pow2(ceil_div(packs_needed, group)), max_packs);
+  return {static_cast<int>(group), static_cast<int>(packs)};
 }
 
 unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs) {
@@ -29,7 +30,8 @@ void warp_forward(const Problem& p, const Buffers& b) {
     constexpr int P = kPack<in_t>;
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
     const WarpShape shape =
-        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks);
+        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks,
+                   warp_target_packs(sizeof(in_t), false));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {

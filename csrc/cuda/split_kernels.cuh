@@ -46,7 +46,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     acc_t v[kPacks][P];
     load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
     const MaxSum<acc_t> stats =
-        block_all_reduce(fragment_stats<false, exp_policy_t<out_t>>(v), CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+        block_all_reduce(fragment_stats<exp_policy_t<out_t>, kPacks, P>([&](int k, int e) { return v[k][e]; }),
+                         CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     if (threadIdx.x == 0) partials[item] = stats;
   }
 }
