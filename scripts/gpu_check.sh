@@ -50,7 +50,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
     compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       python3 scripts/cuda_smoke.py > "$OUT/sanitize_$tool.log" 2>&1
     rc=$?
-    summary+=("compute-sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)")
+    summary+=("compute-sanitizer $tool: exit $rc, $(grep -E "(ERROR|RACECHECK) SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)")
   done
 fi
 
