@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                        [&](int k, int e) { return epilogue(v.at(k, e)); });
     }
   }
-  if (cluster_size > 1 && round == 0) cluster_wait();
+  if (cluster_size > 1) cluster_exchange_exit(round);
 }
 
 template <template <typename> class Epilogue, typename scalar_t, int kPacks, bool kPacked>
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
                                         [&](int k, int e) { return epilogue(g.at(k, e), v.at(k, e)); });
   }
-  if (cluster_size > 1 && round == 0) cluster_wait();
+  if (cluster_size > 1) cluster_exchange_exit(round);
 }
 
 }  // namespace softmax_ext::cuda

@@ -204,8 +204,9 @@ __device__ __forceinline__ void cluster_sync() {
 // No cluster-wide barrier and no remote reads on the row's critical path
 // (on H200, f32 rows of 65536 ran at 90% of the copy bandwidth forward and
 // 99.5% backward this way, 81% and 91% with a cluster barrier and reads of
-// the peers' slots). Two slot sets and barriers suffice: a block pushes round r + 2 only after
-// every block has pushed round r + 1, which each does after reading round r.
+// the peers' slots). Two slot sets and barriers suffice: a block pushes
+// round r + 2 only after every block has pushed round r + 1, which each does
+// after reading round r.
 template <typename T>
 struct ClusterExchange {
   T slots[2][kMaxClusterSize];
@@ -231,9 +232,8 @@ __device__ __forceinline__ void cluster_exchange_init(ClusterExchange<T>& x) {
 // block's partial `value`; every thread gets the fold of all blocks'
 // partials in rank order (`fold` reduces the lanes' values, lanes >=
 // cluster_size holding `identity`, with warp_all_reduce). `result` is one
-// shared T. A block may exit after its last round: every push into it has
-// landed by then. A block that never runs a round must still
-// cluster_wait() before it exits.
+// shared T. Every push into a block has landed by the end of its last
+// round; cluster_exchange_exit closes the exchange.
 template <typename T, typename Fold>
 __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& value, int cluster_size,
                                               unsigned round, T identity, T* result, Fold fold) {
@@ -251,7 +251,7 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
                                    static_cast<uint32_t>(cluster_size * sizeof(T)));
   if (threadIdx.x < static_cast<unsigned>(cluster_size)) {
     const cg::cluster_group cluster = cg::this_cluster();
-    Word* slot = reinterpret_cast<Word*>(cluster.map_shared_rank(&x.slots[set][cluster.block_rank()], threadIdx.x));
+    Word* slot = reinterpret_cast<Word*>(cluster.map_shared_rank(&x.slots[set][cluster_rank()], threadIdx.x));
     uint64_t* full = cluster.map_shared_rank(&x.full[set], threadIdx.x);
     Word words[kWords];
     memcpy(words, &value, sizeof(T));
@@ -271,6 +271,12 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
 #else
   return value;
 #endif
+}
+
+// Every thread, before the block exits, after `rounds` rounds: a block that
+// ran none still owes the wait matching cluster_exchange_init's arrive.
+__device__ __forceinline__ void cluster_exchange_exit(unsigned rounds) {
+  if (rounds == 0) cluster_wait();
 }
 
 }  // namespace softmax_ext::cuda
