@@ -30,6 +30,10 @@ TAGS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torc
 KINDS = ["softmax", "log_softmax"]
 
 
+# 16-bit rows longer than this are kept packed (csrc/cuda/config.h, kPackedMinRow)
+PACKED_MIN_ROW = 4096
+
+
 def register_floats(dtype, backward):
     """Row elements a thread keeps in registers (csrc/cuda/config.h)."""
     per = 16 if dtype == torch.float64 else 32
@@ -42,7 +46,7 @@ def expected_limits(dtype, backward, max_cluster):
     tile_columns = 128 // element_size
     # backward: two blocks per SM where clusters take longer rows
     block_threads = 512 if max_cluster > 1 and backward else 1024
-    packed = e * (2 if dtype == torch.bfloat16 else 1)  # clusters keep bf16 packed, two per register
+    packed = e * (2 if dtype in (torch.bfloat16, torch.float16) else 1)  # clusters keep 16-bit rows packed
     return {
         "warp": 32 * e,
         "block": block_threads * e,
@@ -114,6 +118,9 @@ def contiguous_cases(dtype, backward, max_cluster):
     ]
     if max_cluster > 1:
         cases += [(lim["cluster"], "cuda.cluster"), (lim["cluster"] + 1, "cuda.split")]
+    if dtype in (torch.bfloat16, torch.float16) and PACKED_MIN_ROW < lim["block"]:
+        # block rows of 16-bit values longer than this stay packed in registers
+        cases += [(PACKED_MIN_ROW, "cuda.block"), (PACKED_MIN_ROW + 1, "cuda.block")]
     return [(n, family + bw) for n, family in cases]
 
 

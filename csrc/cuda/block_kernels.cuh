@@ -106,14 +106,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     // element. Otherwise the exps are taken again for the output (packed
     // rows have no room to keep them; log_softmax needs none there).
     constexpr bool kKeep = !kPacked && Epi::kKeepsExp;
-    acc_t local_max = 0;
-    MaxSum<acc_t> stats;
-    if constexpr (kKeep) {
-      local_max = fragment_max(v.v);
-      stats = {local_max, fragment_exp_sum<true, typename Epi::Exp>(v.v, local_max)};
-    } else {
-      stats = fragment_stats<typename Epi::Exp, kPacks, P>([&](int k, int e) { return v.at(k, e); });
-    }
+    const acc_t local_max = v.max();
+    MaxSum<acc_t> stats{local_max, v.template exp_sum<kKeep, typename Epi::Exp>(local_max)};
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     if (cluster_size > 1)
       stats = cluster_exchange(exchange, stats, cluster_size, round++, empty_stats<acc_t>(), &combined,
@@ -126,7 +120,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                        [&](int k, int e) { return epilogue.finish(v.v[k][e], scale); });
     } else {
       store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
-                                       [&](int k, int e) { return epilogue(v.at(k, e)); });
+                                       [&](int k, int e) { return epilogue(v.template at<1>(k, e)); });
     }
   }
   if (cluster_size > 1) cluster_exchange_exit(round);
@@ -163,7 +157,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)
 #pragma unroll
-      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g.at(k, e), v.at(k, e));
+      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(g.template at<0>(k, e), v.template at<0>(k, e));
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
 
     if (cluster_size > 1)
@@ -172,7 +166,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
     const Epi epilogue(sum);
     store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
-                                        [&](int k, int e) { return epilogue(g.at(k, e), v.at(k, e)); });
+                                        [&](int k, int e) { return epilogue(g.template at<1>(k, e), v.template at<1>(k, e)); });
   }
   if (cluster_size > 1) cluster_exchange_exit(round);
 }

@@ -68,13 +68,24 @@ constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) 
 // allows, 1024 for the longest rows.
 constexpr int kPortableClusterSize = 8;
 constexpr int kMaxClusterSize = 16;
-// The cluster family keeps bf16 rows in registers as they are in memory, two
-// values per register, widened only for the maths: a thread holds twice as
-// many elements, the same bytes as with f32, and a row needs half the
-// blocks. (Widened at load, bf16 rows of 65536 and 262144 ran at 63% and 55%
-// of the copy bandwidth on H100; packed, at 78% and 72%. Packed f16, and
-// packed rows in the block family, ran slower than widened ones.)
-constexpr bool packs_registers(c10::ScalarType in) { return in == c10::ScalarType::BFloat16; }
+// 16-bit rows longer than kPackedMinRow elements (every row of the cluster
+// family) stay in registers as they are in memory, two values per register,
+// widened only for the maths (Fragment, fragment.cuh): a thread holds twice
+// as many elements, the same bytes as with f32, so a row needs half the
+// threads. Measured on H200, % of the copy bandwidth, widened -> packed:
+//   block forward  bf16 N=2048 98.5 -> 45.3, 4096 96.8 -> 95.3,
+//                  8192 95.5 -> 96.3, 12288 79.6 -> 98.0, 16384 88.1 -> 96.3,
+//                  32768 78.1 -> 97.6 (f16 alike)
+//   block backward bf16 N=4096 103.3 -> 102.2, 8192 99.7 -> 102.7
+//   cluster        f16 N=65536 forward 71.2 -> 90.0, backward 69.9 -> 100.1;
+//                  N=262144 60.7 -> 82.7 and 55.8 -> 88.8
+constexpr int64_t kPackedMinRow = 4096;
+constexpr bool packs_registers(c10::ScalarType in) {
+  return in == c10::ScalarType::BFloat16 || in == c10::ScalarType::Half;
+}
+constexpr bool keeps_packed(c10::ScalarType in, int64_t axis_size, bool cluster) {
+  return packs_registers(in) && (cluster || axis_size > kPackedMinRow);
+}
 constexpr int cluster_elems_per_thread(c10::ScalarType in, bool double_acc, bool backward) {
   return elems_per_thread(double_acc, backward) * (packs_registers(in) ? 2 : 1);
 }
@@ -83,16 +94,35 @@ constexpr int64_t cluster_capacity(c10::ScalarType in, bool double_acc, bool bac
 }
 
 // Split family (any length, any GPU): the row is cut into tiles of
-// kSplitThreads * elems_per_thread positions; kernel 1 writes each tile's
-// partial statistics to a workspace, kernel 2 combines a row's tiles in
-// order, kernel 3 normalises. x (dy and y) is read twice: the family for rows
-// no cluster can hold. 512-thread blocks let two tiles share an SM, so one
-// tile's loads overlap the other's reductions.
+// kSplitThreads * elems_per_thread positions; kernel 1 folds each chunk of
+// consecutive tiles into a partial in a workspace, kernel 2 combines a row's
+// partials in order, kernel 3 normalises tile by tile. x (dy and y) is read
+// twice: the family for rows no cluster can hold. 512-thread blocks let two
+// share an SM, so one's loads overlap the other's reductions.
 constexpr int kSplitThreads = 512;
 constexpr int64_t split_tile(bool double_acc, bool backward) {
   return int64_t{kSplitThreads} * elems_per_thread(double_acc, backward);
 }
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// A stats block streams up to kSplitMaxChunkTiles tiles with per-thread
+// running statistics and reduces across the block once, so its loads are
+// not held up by a block barrier every tile; rows keep at least
+// kSplitMinChunks chunks each, so even one row fills every SM.
+constexpr int64_t kSplitMaxChunkTiles = 8;
+constexpr int64_t kSplitMinChunks = 256;
+constexpr int64_t split_chunk_tiles(int64_t tiles) {
+  return std::clamp<int64_t>(tiles / kSplitMinChunks, 1, kSplitMaxChunkTiles);
+}
+// The forward apply kernel holds a quarter of the stats kernel's elements
+// per thread and runs four blocks per SM: with no reduction to wait for, its
+// loads and exps overlap across more warps (f32 rows of 2^28 moved at 72% of
+// the copy bandwidth on H200 with the stats kernel's tiles, 2 blocks per SM).
+// The backward apply, with no exp, keeps the stats tiles.
+constexpr int kSplitApplyDivisor = 4;
+constexpr int kSplitApplyBlocksPerSM = 4;
+constexpr int64_t split_apply_tile(bool double_acc, bool backward) {
+  return split_tile(double_acc, backward) / (backward ? 1 : kSplitApplyDivisor);
+}
 
 // Strided family (the axis is not the fastest dim, but an inner run of
 // contiguous elements exists): a block holds a tile of W inner columns by the
@@ -135,15 +165,24 @@ inline int64_t split_tiles(const Problem& p) {
   const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
   return ceil_div(p.axis_size + pack - 1, split_tile(dbl, p.is_backward()));
 }
+inline int64_t split_chunks(const Problem& p) {
+  const int64_t tiles = split_tiles(p);
+  return ceil_div(tiles, split_chunk_tiles(tiles));
+}
+inline int64_t split_apply_tiles(const Problem& p) {
+  const bool dbl = p.out_dtype == c10::ScalarType::Double;
+  const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
+  return ceil_div(p.axis_size + pack - 1, split_apply_tile(dbl, p.is_backward()));
+}
 
-// Workspace of the split family: one partial per tile (forward: max and sum;
-// backward: a sum), then one combined value per row, in accumulator type.
+// Workspace of the split family: one partial per chunk (forward: max and
+// sum; backward: a sum), then one combined value per row, in accumulator type.
 inline int64_t split_value_bytes(const Problem& p) {
   const int64_t acc = p.out_dtype == c10::ScalarType::Double ? 8 : 4;
   return p.is_backward() ? acc : 2 * acc;
 }
 inline int64_t split_partials_bytes(const Problem& p) {
-  return ceil_div(p.rows * split_tiles(p) * split_value_bytes(p), kVectorBytes) * kVectorBytes;
+  return ceil_div(p.rows * split_chunks(p) * split_value_bytes(p), kVectorBytes) * kVectorBytes;
 }
 inline int64_t split_workspace_bytes(const Problem& p) {
   return split_partials_bytes(p) + p.rows * split_value_bytes(p);

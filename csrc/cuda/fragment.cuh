@@ -16,6 +16,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/config.h"
+#include "cuda/reduce.cuh"
 
 #include <cuda_fp16.h>
 
@@ -221,14 +222,23 @@ __device__ __forceinline__ void store_fragment(out_t* __restrict__ row, const Ro
 
 // The register fragment of the block and cluster families: kPacks packs per
 // thread (the layout above), element (k, e) read as an accumulator value by
-// at(k, e). Unpacked: accumulator values, widened at load (as load_as<out_t>).
+// at<kPass>(k, e). Unpacked: accumulator values, widened at load (as
+// load_as<out_t>); kPass only matters to packed fragments (below).
 template <typename in_t, typename out_t, int kPacks, bool kPacked>
 struct Fragment {
   static constexpr int P = kPack<in_t>;
   using acc_t = acc_type<out_t>;
   acc_t v[kPacks][P];
 
+  template <int kPass = 0>
   __device__ __forceinline__ acc_t at(int k, int e) const { return v[k][e]; }
+  __device__ __forceinline__ acc_t max() const { return fragment_max(v); }
+  // sum(exp(v - max)); with kKeepExp the fragment keeps the exps in place of
+  // v (fragment_exp_sum).
+  template <bool kKeepExp, typename Exp>
+  __device__ __forceinline__ acc_t exp_sum(acc_t max) {
+    return fragment_exp_sum<kKeepExp, Exp>(v, max);
+  }
 
   template <typename Index>
   __device__ __forceinline__ void load(const in_t* __restrict__ row, const RowView& view, Index first,
@@ -244,12 +254,55 @@ struct Fragment {
   }
 };
 
+// Widens half `e % 2` of a word of two f16/bf16 values to float. Each pass
+// over a packed fragment (kPass 0: the reduction, 1: the output) widens with
+// instructions of its own: ptxas merges identical instructions on the same
+// register even in volatile asm, and would otherwise keep the first pass's
+// widened values, twice the fragment's registers, for the second (spilling
+// 88-160 bytes per thread). prmt selectors zero the other half.
+template <typename in_t, int kPass>
+__device__ __forceinline__ float widen_half(uint32_t word, int e) {
+  static_assert(kPass == 0 || kPass == 1, "a packed fragment is read in two passes");
+  float out;
+  if constexpr (std::is_same_v<in_t, c10::BFloat16>) {
+    if constexpr (kPass == 0) {
+      if (e % 2) asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(out) : "r"(word));
+      else asm volatile("shl.b32 %0, %1, 16;" : "=f"(out) : "r"(word));
+    } else {
+      if (e % 2) asm volatile("prmt.b32 %0, %1, 0, 0x3244;" : "=f"(out) : "r"(word));
+      else asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=f"(out) : "r"(word));
+    }
+  } else {
+    if constexpr (kPass == 0) {
+      if (e % 2) asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(out) : "r"(word));
+      else asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(out) : "r"(word));
+    } else {
+      if (e % 2) asm volatile("{ .reg .b32 t; .reg .b16 lo, hi; prmt.b32 t, %1, 0, 0x4432; mov.b32 {lo, hi}, t; cvt.f32.f16 %0, lo; }" : "=f"(out) : "r"(word));
+      else asm volatile("{ .reg .b32 t; .reg .b16 lo, hi; prmt.b32 t, %1, 0, 0x4410; mov.b32 {lo, hi}, t; cvt.f32.f16 %0, lo; }" : "=f"(out) : "r"(word));
+    }
+  }
+  return out;
+}
+
+// The NaN-propagating max of the two 16-bit pairs in a and b, pairwise (sm_80+).
+template <typename in_t>
+__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (std::is_same_v<in_t, c10::BFloat16>) {
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+}
+
 // Packed: f16/bf16 rows stay as they are in memory, two elements per 32-bit
 // register, and are widened where the maths reads them: a thread holds twice
 // as many elements in the same registers (config.h, packs_registers).
 // (Arrays of 16-bit values would take a register each.) Widening is exact,
 // and the fast kernels read f16/bf16 as f16/bf16 or f32, so at(k, e) equals
-// load_as<out_t> of the element.
+// load_as<out_t> of the element. The max is taken on the packed pairs, so
+// the statistics widen the fragment once.
 template <typename in_t, typename out_t, int kPacks>
 struct Fragment<in_t, out_t, kPacks, true> {
   static_assert(is_reduced_float_v<in_t>, "only 16-bit rows are packed");
@@ -257,27 +310,36 @@ struct Fragment<in_t, out_t, kPacks, true> {
   static constexpr int kWords = P / 2;
   uint32_t w[kPacks][kWords];
 
-  // The widening is volatile asm so the compiler cannot keep its results
-  // for the next pass over the fragment (the statistics, then the output):
-  // 64 widened values would not fit the registers, one instruction per read
-  // does.
-  __device__ __forceinline__ float at(int k, int e) const {
-    const uint32_t word = w[k][e / 2];
-    float out;
-    if constexpr (std::is_same_v<in_t, c10::BFloat16>) {
-      if (e % 2) {
-        asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(out) : "r"(word));
-      } else {
-        asm volatile("shl.b32 %0, %1, 16;" : "=f"(out) : "r"(word));
-      }
-    } else {
-      if (e % 2) {
-        asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(out) : "r"(word));
-      } else {
-        asm volatile("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(out) : "r"(word));
-      }
-    }
-    return out;
+  template <int kPass>
+  __device__ __forceinline__ float at(int k, int e) const { return widen_half<in_t, kPass>(w[k][e / 2], e); }
+
+  __device__ __forceinline__ float max() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t m = w[0][0];
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) m = max2<in_t>(m, w[k][i]);
+    return NanMax{}(widen_half<in_t, 0>(m, 0), widen_half<in_t, 0>(m, 1));
+#else
+    float m = neg_infinity<float>();
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) m = NanMax{}(m, at<0>(k, e));
+    return m;
+#endif
+  }
+  // sum(exp(x - max)), as fragment_exp_sum; nothing is kept (no room).
+  template <bool kKeepExp, typename Exp>
+  __device__ __forceinline__ float exp_sum(float max) const {
+    static_assert(!kKeepExp, "a packed fragment has no room for its exps");
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += Exp::exp(at<0>(k, e) - max);
+    return max == neg_infinity<float>() ? 0.0f : sum;
   }
 
   template <typename Index>

@@ -82,25 +82,6 @@ __device__ __forceinline__ acc_t fragment_exp_sum(acc_t (&v)[kPacks][P], acc_t m
   return empty ? acc_t(0) : sum;
 }
 
-// Statistics of a fragment whose element (k, e) is at(k, e), left in place:
-// the packed fragments, and the kernels that take each exp again for the
-// output.
-template <typename Exp, int kPacks, int P, typename At>
-__device__ __forceinline__ auto fragment_stats(At at) {
-  using acc_t = decltype(at(0, 0));
-  acc_t max = neg_infinity<acc_t>();
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-    for (int e = 0; e < P; ++e) max = NanMax{}(max, at(k, e));
-  acc_t sum = 0;
-#pragma unroll
-  for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-    for (int e = 0; e < P; ++e) sum += Exp::exp(at(k, e) - max);
-  return MaxSum<acc_t>{max, max == neg_infinity<acc_t>() ? acc_t(0) : sum};
-}
-
 template <typename acc_t>
 __device__ __forceinline__ MaxSum<acc_t> empty_stats() {
   return {neg_infinity<acc_t>(), acc_t(0)};

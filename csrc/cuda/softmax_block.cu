@@ -28,9 +28,9 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     constexpr int P = kPack<in_t>;
-    // The cluster family keeps bf16 rows packed (config.h, packs_registers).
-    dispatch_bool(max_cluster > 1 && packs_registers(p.in_dtype), [&](auto packed) {
-      constexpr bool kPacked = decltype(packed)::value && std::is_same_v<in_t, c10::BFloat16>;
+    // Long 16-bit rows stay packed (config.h, keeps_packed).
+    dispatch_bool(keeps_packed(p.in_dtype, p.axis_size, max_cluster > 1), [&](auto packed) {
+      constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) * (kPacked ? 2 : 1) / P;
       const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
                                            kPacks * P, max_cluster, max_cluster_size(p.device_index), false);

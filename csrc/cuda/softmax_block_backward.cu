@@ -11,8 +11,8 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.block_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
     constexpr int P = kPack<scalar_t>;
-    dispatch_bool(max_cluster > 1 && packs_registers(p.in_dtype), [&](auto packed) {
-      constexpr bool kPacked = decltype(packed)::value && std::is_same_v<scalar_t, c10::BFloat16>;
+    dispatch_bool(keeps_packed(p.in_dtype, p.axis_size, max_cluster > 1), [&](auto packed) {
+      constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<scalar_t>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) * (kPacked ? 2 : 1) / P;
       const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)),
                                            kPacks * P, max_cluster, max_cluster_size(p.device_index), true);

@@ -11,8 +11,6 @@ namespace softmax_ext::cuda {
 
 void split_backward(const Problem& p, const Buffers& b, void* workspace) {
   const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
-  const int64_t tiles = split_tiles(p);
-  const unsigned int tile_grid = grid_for_rows(p.rows * tiles);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.split_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
@@ -24,15 +22,16 @@ void split_backward(const Problem& p, const Buffers& b, void* workspace) {
     const auto* y = static_cast<const scalar_t*>(b.in1);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
+      const SplitShape g = split_shape(p);
       softmax_split_backward_stats_kernel<E::template Backward, scalar_t, kPacks>
-          <<<tile_grid, kSplitThreads, 0, stream>>>(dy, y, partials, layout, tiles);
+          <<<grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, stream>>>(dy, y, partials, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       softmax_split_backward_combine_kernel<acc_t>
-          <<<grid_for_rows(p.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, p.rows, tiles);
+          <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks>
-          <<<tile_grid, kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out), totals,
-                                                    layout, tiles);
+      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks, 2>
+          <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out),
+                                                                                 totals, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
