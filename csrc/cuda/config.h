@@ -113,15 +113,21 @@ constexpr int64_t kSplitMinChunks = 256;
 constexpr int64_t split_chunk_tiles(int64_t tiles) {
   return std::clamp<int64_t>(tiles / kSplitMinChunks, 1, kSplitMaxChunkTiles);
 }
-// The forward apply kernel holds a quarter of the stats kernel's elements
-// per thread and runs four blocks per SM: with no reduction to wait for, its
-// loads and exps overlap across more warps (f32 rows of 2^28 moved at 72% of
-// the copy bandwidth on H200 with the stats kernel's tiles, 2 blocks per SM).
-// The backward apply, with no exp, keeps the stats tiles.
-constexpr int kSplitApplyDivisor = 4;
-constexpr int kSplitApplyBlocksPerSM = 4;
-constexpr int64_t split_apply_tile(bool double_acc, bool backward) {
-  return split_tile(double_acc, backward) / (backward ? 1 : kSplitApplyDivisor);
+// The forward apply kernel, with no reduction to wait for, runs f32 rows in
+// quarters of the stats tile (8 values per thread) with four blocks per SM;
+// the other dtypes and the backward keep the stats tiles, two blocks per SM. Measured on H200, f32 rows of 2^28, % of
+// the copy bandwidth for the whole softmax (log_softmax): full tiles 52.3
+// (52.2), halves at 3 blocks/SM 58.5 (56.8), quarters 61.3 (65.8); bf16 rows
+// of 2^28: full 60.0 (62.8), halves 56.2 (62.3), quarters 51.9 (59.4). The
+// order of the tiles and a persistent grid made no difference.
+constexpr int split_apply_divisor(int64_t element_bytes, bool backward) {
+  return !backward && element_bytes == 4 ? 4 : 1;
+}
+constexpr int split_apply_blocks_per_sm(int64_t element_bytes, bool backward) {
+  return split_apply_divisor(element_bytes, backward) == 1 ? 2 : 4;
+}
+constexpr int64_t split_apply_tile(bool double_acc, bool backward, int64_t element_bytes) {
+  return split_tile(double_acc, backward) / split_apply_divisor(element_bytes, backward);
 }
 
 // Strided family (the axis is not the fastest dim, but an inner run of
@@ -172,7 +178,8 @@ inline int64_t split_chunks(const Problem& p) {
 inline int64_t split_apply_tiles(const Problem& p) {
   const bool dbl = p.out_dtype == c10::ScalarType::Double;
   const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
-  return ceil_div(p.axis_size + pack - 1, split_apply_tile(dbl, p.is_backward()));
+  return ceil_div(p.axis_size + pack - 1,
+                  split_apply_tile(dbl, p.is_backward(), static_cast<int64_t>(c10::elementSize(p.in_dtype))));
 }
 
 // Workspace of the split family: one partial per chunk (forward: max and

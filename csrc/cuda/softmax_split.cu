@@ -7,8 +7,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <cstdlib>
-
 namespace softmax_ext::cuda {
 
 void split_forward(const Problem& p, const Buffers& b, void* workspace) {
@@ -24,33 +22,18 @@ void split_forward(const Problem& p, const Buffers& b, void* workspace) {
     const auto* x = static_cast<const in_t*>(b.in0);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      SplitShape g = split_shape(p);
+      const SplitShape g = split_shape(p);
       softmax_split_stats_kernel<in_t, out_t, kPacks>
           <<<grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, stream>>>(x, partials, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       softmax_split_combine_kernel<acc_t>
           <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      // LAB: apply variants (divisor, blocks per SM)
-      const char* lab = std::getenv("LAB_APPLY");
-      const int variant = lab ? std::atoi(lab) : 4;
-      auto apply = [&](auto div_tag, auto blocks_tag) {
-        constexpr int kDiv = decltype(div_tag)::value;
-        constexpr int kBlocks = decltype(blocks_tag)::value;
-        const int64_t pack = kPack<in_t>;
-        g.apply_tiles = ceil_div(p.axis_size + pack - 1, int64_t{kSplitThreads} * kPacks / kDiv * pack);
-        const char* fw = std::getenv("LAB_APPLY_FWD");
-        g.lab_forward = fw && fw[0] == '1';
-        const char* gr = std::getenv("LAB_APPLY_GRID");
-        int64_t grid = g.rows * g.apply_tiles;
-        if (gr && std::atoi(gr) > 0) grid = std::min<int64_t>(grid, int64_t{std::atoi(gr)} * 132 * kBlocks);
-        softmax_split_apply_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks / kDiv, kBlocks>
-            <<<grid_for_rows(grid), kSplitThreads, 0, stream>>>(x, static_cast<out_t*>(b.out),
-                                                                                   totals, layout, g);
-      };
-      if (variant == 1) apply(std::integral_constant<int, 1>{}, std::integral_constant<int, 2>{});
-      else if (variant == 2) apply(std::integral_constant<int, 2>{}, std::integral_constant<int, 3>{});
-      else apply(std::integral_constant<int, 4>{}, std::integral_constant<int, 4>{});
+      constexpr int kDivisor = split_apply_divisor(sizeof(in_t), false);
+      softmax_split_apply_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks / kDivisor,
+                                 split_apply_blocks_per_sm(sizeof(in_t), false)>
+          <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(x, static_cast<out_t*>(b.out),
+                                                                                 totals, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

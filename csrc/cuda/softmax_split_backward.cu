@@ -29,7 +29,9 @@ void split_backward(const Problem& p, const Buffers& b, void* workspace) {
       softmax_split_backward_combine_kernel<acc_t>
           <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks, 2>
+      static_assert(split_apply_divisor(sizeof(scalar_t), true) == 1, "the backward apply keeps the stats tiles");
+      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks,
+                                          split_apply_blocks_per_sm(sizeof(scalar_t), true)>
           <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out),
                                                                                  totals, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -28,7 +28,6 @@ struct SplitShape {
   int64_t chunk_tiles;
   int64_t chunks;
   int64_t apply_tiles;
-  int lab_forward;  // LAB
 };
 
 // Chunk `item` (row-major over rows x chunks): its row and the tiles
@@ -50,7 +49,7 @@ struct SplitTile {
   int64_t row;
   int64_t tile;
   __device__ __forceinline__ SplitTile(int64_t item, const SplitShape& g) {
-    row = divmod(g.lab_forward ? item : g.rows * g.apply_tiles - 1 - item, g.apply_tiles, tile);
+    row = divmod(g.rows * g.apply_tiles - 1 - item, g.apply_tiles, tile);
   }
 };
 
@@ -204,7 +203,7 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
 // Host: how the rows of p are cut.
 inline SplitShape split_shape(const Problem& p) {
   const int64_t tiles = split_tiles(p);
-  return {p.rows, tiles, split_chunk_tiles(tiles), split_chunks(p), split_apply_tiles(p), 0};
+  return {p.rows, tiles, split_chunk_tiles(tiles), split_chunks(p), split_apply_tiles(p)};
 }
 
 }  // namespace softmax_ext::cuda
