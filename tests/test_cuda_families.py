@@ -43,7 +43,6 @@ def register_floats(dtype, backward):
 def expected_limits(dtype, backward, max_cluster):
     e = register_floats(dtype, backward)
     element_size = torch.empty((), dtype=dtype).element_size()
-    tile_columns = 128 // element_size
     # backward: two blocks per SM where clusters take longer rows
     block_threads = 512 if max_cluster > 1 and backward else 1024
     packed = e * (2 if dtype in (torch.bfloat16, torch.float16) else 1)  # clusters keep 16-bit rows packed
@@ -51,7 +50,8 @@ def expected_limits(dtype, backward, max_cluster):
         "warp": 32 * e,
         "block": block_threads * e,
         "cluster": 1024 * packed * max_cluster if max_cluster > 1 else 0,
-        "strided": 1024 * e // tile_columns * max_cluster,
+        # narrowest tiles: one 16-byte vector of columns
+        "strided": 1024 * e // max(16 // element_size, 1) * max(max_cluster, 1),
         "split_tile": 512 * e,
         "strided_min_inner": 4,
     }
@@ -140,7 +140,12 @@ def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
 def test_strided_thresholds(kind, dtype, backward, max_cluster):
     lim = expected_limits(dtype, backward, max_cluster)
     bw = "_backward" if backward else ""
-    for n, family in [(2, "cuda.strided"), (lim["strided"], "cuda.strided"), (lim["strided"] + 1, "cuda.reference")]:
+    # 128-byte tiles hold the axis up to `wide`; longer axes run in narrower tiles
+    wide = 1024 * register_floats(dtype, backward) * torch.empty((), dtype=dtype).element_size() // 128
+    wide *= max(max_cluster, 1)
+    cases = [(2, "cuda.strided"), (wide, "cuda.strided"), (wide + 1, "cuda.strided"),
+             (lim["strided"], "cuda.strided"), (lim["strided"] + 1, "cuda.reference")]
+    for n, family in cases:
         check_family(kind, dtype, (n, 64), 0, family + bw, backward)
     # the inner run: from strided_min_inner columns up
     inner = lim["strided_min_inner"]

@@ -115,11 +115,12 @@ constexpr int64_t split_chunk_tiles(int64_t tiles) {
 }
 // The forward apply kernel, with no reduction to wait for, runs f32 rows in
 // quarters of the stats tile (8 values per thread) with four blocks per SM;
-// the other dtypes and the backward keep the stats tiles, two blocks per SM. Measured on H200, f32 rows of 2^28, % of
-// the copy bandwidth for the whole softmax (log_softmax): full tiles 52.3
-// (52.2), halves at 3 blocks/SM 58.5 (56.8), quarters 61.3 (65.8); bf16 rows
-// of 2^28: full 60.0 (62.8), halves 56.2 (62.3), quarters 51.9 (59.4). The
-// order of the tiles and a persistent grid made no difference.
+// the other dtypes and the backward keep the stats tiles, two blocks per SM.
+// Measured on H200, f32 rows of 2^28, % of the copy bandwidth for the whole
+// softmax (log_softmax): full tiles 52.3 (52.2), halves at 3 blocks/SM 58.5
+// (56.8), quarters 61.3 (65.8); bf16 rows of 2^28: full 60.0 (62.8), halves
+// 56.2 (62.3), quarters 51.9 (59.4). The order of the tiles and a persistent
+// grid made no difference.
 constexpr int split_apply_divisor(int64_t element_bytes, bool backward) {
   return !backward && element_bytes == 4 ? 4 : 1;
 }
@@ -146,13 +147,23 @@ constexpr int strided_tile_columns(int64_t element_bytes) {
 constexpr int strided_elems_per_thread(bool double_acc, bool backward) {
   return elems_per_thread(double_acc, backward);
 }
-// Axis positions a cluster of `cluster_size` blocks (1: one block) holds
-// with full-width tiles; blocks grow to 1024 threads for the longest axes, as
+// An axis too long for 128-byte tiles runs in narrower ones, halving down to
+// one 16-byte vector of columns: a block of W columns holds
+// 1024 * elems_per_thread / W axis positions, so narrow tiles hold 8x (f32)
+// longer axes. (Measured on H200, narrower tiles run slower: 64-byte tiles at
+// 80-100%, 32-byte tiles at 55-80% of the 128-byte tiles' bandwidth; the
+// reference kernel, which took these axes before, at a tenth of that.)
+constexpr int kStridedMinTileBytes = kVectorBytes;
+constexpr int64_t strided_min_tile_columns(int64_t element_bytes) {
+  return std::max<int64_t>(kStridedMinTileBytes / element_bytes, 1);
+}
+// Axis positions a cluster of `cluster_size` blocks (1: one block) holds in
+// the narrowest tiles; blocks grow to 1024 threads for the longest axes, as
 // in the cluster family.
 constexpr int64_t strided_capacity(bool double_acc, bool backward, int64_t element_bytes,
                                    int cluster_size) {
   return int64_t{kMaxBlockThreads} * strided_elems_per_thread(double_acc, backward) /
-         strided_tile_columns(element_bytes) * cluster_size;
+         strided_min_tile_columns(element_bytes) * cluster_size;
 }
 
 // The (input, output) dtype pairs the fast families are compiled for: the

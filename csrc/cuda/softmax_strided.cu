@@ -36,9 +36,13 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   int64_t width = strided_tile_columns(bytes);
   if (s.pack == 1) width = std::min<int64_t>(width, kWarpSize);
   width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), s.pack));
-  s.columns = static_cast<int>(width / s.pack);
   const int64_t axis_per_thread = per_thread / s.pack;
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
+  // Halve the tile until the largest cluster holds the axis (config.h).
+  const int64_t min_width = std::max<int64_t>(strided_min_tile_columns(bytes), s.pack);
+  while (width > min_width && rows_needed > kMaxBlockThreads / (width / s.pack) * std::max(max_cluster, 1))
+    width /= 2;
+  s.columns = static_cast<int>(width / s.pack);
   // As the block family's backward: 512-thread blocks where clusters exist.
   const int64_t rows_max = (max_cluster > 1 ? kClusterBlockThreads : kMaxBlockThreads) / s.columns;
   if (rows_needed <= rows_max || max_cluster <= 1) {
