@@ -259,7 +259,7 @@ struct Fragment {
 // instructions of its own: ptxas merges identical instructions on the same
 // register even in volatile asm, and would otherwise keep the first pass's
 // widened values, twice the fragment's registers, for the second (spilling
-// 88-160 bytes per thread). prmt selectors zero the other half.
+// 16-160 bytes per thread). prmt selectors zero the other half.
 template <typename in_t, int kPass>
 __device__ __forceinline__ float widen_half(uint32_t word, int e) {
   static_assert(kPass == 0 || kPass == 1, "a packed fragment is read in two passes");
@@ -298,7 +298,7 @@ __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
 
 // Packed: f16/bf16 rows stay as they are in memory, two elements per 32-bit
 // register, and are widened where the maths reads them: a thread holds twice
-// as many elements in the same registers (config.h, packs_registers).
+// as many elements in the same registers (config.h, keeps_packed).
 // (Arrays of 16-bit values would take a register each.) Widening is exact,
 // and the fast kernels read f16/bf16 as f16/bf16 or f32, so at(k, e) equals
 // load_as<out_t> of the element. The max is taken on the packed pairs, so
