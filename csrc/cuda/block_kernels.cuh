@@ -12,6 +12,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/fragment.cuh"
+#include "cuda/launch.h"
 #include "cuda/reduce.cuh"
 
 #include <c10/cuda/CUDAException.h>
@@ -31,6 +32,22 @@ struct BlockShape {
   int cluster_size;
 };
 BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward);
+
+// The register layout and launch geometry of contiguous rows of in_t with
+// out_t's accumulator: calls launch(kPacked, kPacks, shape), the first two as
+// std::integral_constant. Long 16-bit rows stay packed (config.h,
+// keeps_packed), twice the elements per thread.
+template <typename in_t, typename out_t, bool kBackward, typename Launch>
+void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Launch&& launch) {
+  constexpr int P = kPack<in_t>;
+  dispatch_bool(keeps_packed(p.in_dtype, p.axis_size, max_cluster > 1), [&](auto packed) {
+    constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
+    constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, kBackward) * (kPacked ? 2 : 1) / P;
+    const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, in0, sizeof(in_t)), kPacks * P,
+                                         max_cluster, max_cluster_size(p.device_index), kBackward);
+    launch(std::bool_constant<kPacked>{}, std::integral_constant<int, kPacks>{}, shape);
+  });
+}
 
 // A launch configuration of `blocks` blocks of `threads` threads, grouped in
 // clusters of `cluster_size` along x when that is above 1. Not copyable: the

@@ -157,13 +157,18 @@ constexpr int kStridedMinTileBytes = kVectorBytes;
 constexpr int64_t strided_min_tile_columns(int64_t element_bytes) {
   return std::max<int64_t>(kStridedMinTileBytes / element_bytes, 1);
 }
-// Axis positions a cluster of `cluster_size` blocks (1: one block) holds in
-// the narrowest tiles; blocks grow to 1024 threads for the longest axes, as
-// in the cluster family.
+// Axis positions a tile `columns` wide holds in a cluster of `cluster_size`
+// blocks (1: one block), `per_thread` elements per thread whatever the
+// pack; blocks grow to 1024 threads for the longest axes, as in the cluster
+// family.
+constexpr int64_t strided_axis_capacity(int64_t per_thread, int64_t columns, int cluster_size) {
+  return int64_t{kMaxBlockThreads} * per_thread / columns * cluster_size;
+}
+// The strided family's reach: its narrowest tiles.
 constexpr int64_t strided_capacity(bool double_acc, bool backward, int64_t element_bytes,
                                    int cluster_size) {
-  return int64_t{kMaxBlockThreads} * strided_elems_per_thread(double_acc, backward) /
-         strided_min_tile_columns(element_bytes) * cluster_size;
+  return strided_axis_capacity(strided_elems_per_thread(double_acc, backward),
+                               strided_min_tile_columns(element_bytes), cluster_size);
 }
 
 // The (input, output) dtype pairs the fast families are compiled for: the

@@ -27,19 +27,14 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.block", [&](auto in_tag, auto out_tag) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
-    constexpr int P = kPack<in_t>;
-    // Long 16-bit rows stay packed (config.h, keeps_packed).
-    dispatch_bool(keeps_packed(p.in_dtype, p.axis_size, max_cluster > 1), [&](auto packed) {
-      constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
-      constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) * (kPacked ? 2 : 1) / P;
-      const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)),
-                                           kPacks * P, max_cluster, max_cluster_size(p.device_index), false);
+    with_block_geometry<in_t, out_t, false>(
+        p, b.in0, max_cluster, [&](auto packed, auto packs, const BlockShape& shape) {
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
-        launch_row_blocks(
-            softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks, kPacked>,
-            p.rows, shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
-            shape.cluster_size);
+        launch_row_blocks(softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
+                                                       decltype(packs)::value, decltype(packed)::value>,
+                          p.rows, shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
+                          shape.cluster_size);
       });
     });
   });

@@ -40,11 +40,11 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
   // Halve the tile until the largest cluster holds the axis (config.h).
   const int64_t min_width = std::max<int64_t>(strided_min_tile_columns(bytes), s.pack);
-  while (width > min_width && rows_needed > kMaxBlockThreads / (width / s.pack) * std::max(max_cluster, 1))
+  while (width > min_width && p.axis_size > strided_axis_capacity(per_thread, width, std::max(max_cluster, 1)))
     width /= 2;
   s.columns = static_cast<int>(width / s.pack);
   // As the block family's backward: 512-thread blocks where clusters exist.
-  const int64_t rows_max = (max_cluster > 1 ? kClusterBlockThreads : kMaxBlockThreads) / s.columns;
+  const int64_t rows_max = max_block_threads(max_cluster > 1, /*backward=*/true) / s.columns;
   if (rows_needed <= rows_max || max_cluster <= 1) {
     TORCH_INTERNAL_ASSERT(rows_needed <= kMaxBlockThreads / s.columns, "softmax_ext cuda.strided: an axis of ",
                           p.axis_size, " exceeds a block");
