@@ -57,9 +57,25 @@ struct Pack {
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) raw[i] = reinterpret_cast<const Raw*>(p)[i];
   }
+  // To global memory. 16- and 8-byte chunks go out as explicit vector
+  // stores: through the union the compiler may split them into one store
+  // per element (it did in the strided and split kernels: four times the
+  // store instructions, and partial-sector writes the L2 has to merge).
   __device__ __forceinline__ void store(T* p) const {
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i) reinterpret_cast<Raw*>(p)[i] = raw[i];
+    for (int i = 0; i < kChunks; ++i) {
+      if constexpr (kChunk == 16) {
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(reinterpret_cast<Raw*>(p) + i),
+                     "r"(raw[i].x), "r"(raw[i].y), "r"(raw[i].z), "r"(raw[i].w)
+                     : "memory");
+      } else if constexpr (kChunk == 8) {
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(reinterpret_cast<Raw*>(p) + i), "r"(raw[i].x),
+                     "r"(raw[i].y)
+                     : "memory");
+      } else {
+        reinterpret_cast<Raw*>(p)[i] = raw[i];
+      }
+    }
   }
 };
 

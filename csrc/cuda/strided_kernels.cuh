@@ -19,7 +19,8 @@
 
 namespace softmax_ext::cuda {
 
-// Largest tile width in columns (64 bf16 columns, 128 bytes).
+// Largest tile width in columns (64 bf16 columns, 128 bytes); a tile is at
+// most a warp wide in threads.
 constexpr int kStridedMaxColumns = kStridedTileBytes / 2;
 
 // Host side (softmax_strided.cu): tile geometry and the tile layout.
@@ -68,9 +69,38 @@ struct StridedTiles {
   __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
 };
 
+// A thread's axis positions in every tile: first + e * rows_step for the
+// first `count` of e < kAxis (the others lie past the axis), pitch[f]
+// elements apart in operand f. Block `rank` of a cluster holds the tile's
+// rank-th stretch of rows_step * kAxis positions.
+template <int kAxis, int N>
+struct StridedAxisWalk {
+  int64_t first;
+  int count;
+  int64_t pitch[N];
+  __device__ __forceinline__ StridedAxisWalk(const RowIndexer<N>& outer, int rows_step, int ty) {
+    first = cluster_rank() * int64_t{rows_step} * kAxis + ty;
+    count = first >= outer.axis_size
+                ? 0
+                : static_cast<int>(std::min<int64_t>(kAxis, ceil_div(outer.axis_size - first, rows_step)));
+#pragma unroll
+    for (int f = 0; f < N; ++f) pitch[f] = int64_t{rows_step} * outer.axis_stride[f];
+  }
+  // Where operand f's positions start in a tile whose columns start at `base`.
+  template <typename T>
+  __device__ __forceinline__ T* start(T* base, const RowIndexer<N>& outer, int f) const {
+    return base + first * outer.axis_stride[f];
+  }
+};
+
+// Columns of the run a thread's P columns hold, from P down to 0.
+__device__ __forceinline__ int strided_valid(int64_t inner, int64_t c0, int P) {
+  return static_cast<int>(std::clamp<int64_t>(inner - c0, 0, P));
+}
+
 // Loads P columns of one axis position into v (fill outside the row/run).
 template <typename out_t, typename in_t, int P, typename acc_t>
-__device__ __forceinline__ void load_columns(const in_t* __restrict__ src, bool in_axis, int64_t valid,
+__device__ __forceinline__ void load_columns(const in_t* __restrict__ src, bool in_axis, int valid,
                                              acc_t (&v)[P], acc_t fill) {
   if (in_axis && valid >= P) {
     Pack<in_t, P> pk;
@@ -84,21 +114,21 @@ __device__ __forceinline__ void load_columns(const in_t* __restrict__ src, bool 
 }
 
 // A thread's column fragment of kFrags operands (the backward's dy and y):
-// axis positions j0 + e * step (e < kAxis) of P columns from base[f], whose
-// axis stride is axis_stride[f]. When every position is inside the axis and
-// the run, all loads are issued before any is converted (as load_fragments
-// in fragment.cuh); otherwise position by position.
+// axis positions e < kAxis at src[f] + e * pitch[f], P columns each; the
+// first `count` positions lie inside the axis and the first `valid` columns
+// inside the run (fill elsewhere). When all do, every load is issued before
+// any is converted (as load_fragments in fragment.cuh); otherwise position
+// by position.
 template <typename out_t, int kFrags, typename in_t, int kAxis, int P, typename acc_t>
-__device__ __forceinline__ void load_column_fragments(const in_t* const (&base)[kFrags],
-                                                      const int64_t (&axis_stride)[kFrags], int64_t j0, int step,
-                                                      int64_t axis_size, int64_t valid,
+__device__ __forceinline__ void load_column_fragments(const in_t* const (&src)[kFrags],
+                                                      const int64_t (&pitch)[kFrags], int count, int valid,
                                                       acc_t (&v)[kFrags][kAxis][P], acc_t fill) {
-  if (valid >= P && j0 + int64_t{kAxis - 1} * step < axis_size) {
+  if (valid >= P && count >= kAxis) {
     Pack<in_t, P> packs[kFrags][kAxis];
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
 #pragma unroll
-      for (int e = 0; e < kAxis; ++e) packs[f][e].load(base[f] + (j0 + int64_t{e} * step) * axis_stride[f]);
+      for (int e = 0; e < kAxis; ++e) packs[f][e].load(src[f] + e * pitch[f]);
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
 #pragma unroll
@@ -111,57 +141,61 @@ __device__ __forceinline__ void load_column_fragments(const in_t* const (&base)[
   for (int f = 0; f < kFrags; ++f)
 #pragma unroll
     for (int e = 0; e < kAxis; ++e) {
-      const int64_t j = j0 + int64_t{e} * step;
-      const bool in_axis = j < axis_size;
-      load_columns<out_t, in_t, P>(base[f] + (in_axis ? j * axis_stride[f] : 0), in_axis, valid, v[f][e], fill);
+      const bool in_axis = e < count;
+      load_columns<out_t, in_t, P>(src[f] + (in_axis ? e * pitch[f] : 0), in_axis, valid, v[f][e], fill);
     }
 }
 
 template <typename out_t, int P, typename Value>
-__device__ __forceinline__ void store_columns(out_t* __restrict__ dst, int64_t valid, Value&& value) {
-  if (valid >= P) {
-    Pack<out_t, P> pk;
+__device__ __forceinline__ void store_columns(out_t* __restrict__ dst, int valid, Value&& value) {
+  Pack<out_t, P> pk;
 #pragma unroll
-    for (int p = 0; p < P; ++p) pk.v[p] = convert<out_t>(value(p));
+  for (int p = 0; p < P; ++p) pk.v[p] = convert<out_t>(value(p));
+  if (valid >= P) {
     pk.store(dst);
   } else {
 #pragma unroll
     for (int p = 0; p < P; ++p)
-      if (p < valid) dst[p] = convert<out_t>(value(p));
+      if (p < valid) dst[p] = pk.v[p];
   }
 }
 
-// Folds per-thread column partials (P per thread) over the block's threads
-// and then the cluster's blocks, in a fixed order; returns this thread's P
-// column totals. T is MaxSum<acc_t> (forward) or acc_t (backward).
+// Folds per-thread column values (P per thread) over the lanes of a warp
+// that hold the same columns (lane ^ columns, ...); every such lane gets the
+// result.
 template <typename T, int P, typename Combine>
-__device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size,
-                                               bool& arrive_pending, T (*warp_parts)[kStridedMaxColumns],
-                                               T* slot, T* totals, Combine combine) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int width = columns * P;
-  // Lanes with the same tx hold the same columns: fold them (xor by columns).
+__device__ __forceinline__ void fold_column_lanes(T (&part)[P], int columns, Combine combine) {
   for (int offset = columns; offset < kWarpSize; offset *= 2)
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      T other;
-      if constexpr (std::is_arithmetic_v<T>) {
-        other = __shfl_xor_sync(0xffffffffu, part[p], offset);
-      } else {
-        other = shfl_xor(part[p], offset);
-      }
-      part[p] = combine(part[p], other);
-    }
-  if (lane < columns)
+    for (int p = 0; p < P; ++p) part[p] = combine(part[p], shfl_xor(part[p], offset));
+}
+
+// Where reduce_columns keeps the lane-folded partials of this thread's warp
+// (a tile is at most a warp wide): parts[warp][column], until the next call.
+template <typename T, int P>
+__device__ __forceinline__ T* warp_column_parts(T (*parts)[kStridedMaxColumns], int columns) {
+  return parts[threadIdx.x / kWarpSize] + threadIdx.x % columns * P;
+}
+
+// Folds the lane-folded column partials (fold_column_lanes) over the block's
+// warps and then the cluster's blocks, in a fixed order; returns this
+// thread's P column totals. T is MaxSum<acc_t> (forward) or acc_t (backward).
+template <typename T, int P, typename Combine>
+__device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size,
+                                               bool& arrive_pending, T (*parts)[kStridedMaxColumns],
+                                               T* slot, T* totals, Combine combine) {
+  const int width = columns * P;
+  if (static_cast<int>(threadIdx.x % kWarpSize) < columns) {
+    T* mine = warp_column_parts<T, P>(parts, columns);
 #pragma unroll
-    for (int p = 0; p < P; ++p) warp_parts[warp][lane * P + p] = part[p];
+    for (int p = 0; p < P; ++p) mine[p] = part[p];
+  }
   __syncthreads();
   if (cluster_size > 1 && arrive_pending) cluster_wait();
   // A tile may be wider than the block (64 columns, 32 threads): stride.
   for (int c = threadIdx.x; c < width; c += blockDim.x) {
-    T total = warp_parts[0][c];
-    for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w) total = combine(total, warp_parts[w][c]);
+    T total = parts[0][c];
+    for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w) total = combine(total, parts[w][c]);
     (cluster_size > 1 ? slot : totals)[c] = total;
   }
   if (cluster_size > 1) {
@@ -187,7 +221,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                    const int cluster_size) {
   using acc_t = acc_type<out_t>;
   using Part = MaxSum<acc_t>;
-  __shared__ Part warp_parts[kWarpSize][kStridedMaxColumns];
+  __shared__ Part parts[kWarpSize][kStridedMaxColumns];
   __shared__ Part slot[kStridedMaxColumns];
   __shared__ Part totals[kStridedMaxColumns];
 
@@ -196,7 +230,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int ty = threadIdx.x / columns;
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
-  const int64_t axis_first = cluster_rank() * int64_t{rows_step} * kAxisPerThread + ty;
+  const StridedAxisWalk<kAxisPerThread, 2> walk(outer, rows_step, ty);
   const StridedTiles tiles{ceil_div(layout.inner, width), outer.rows * ceil_div(layout.inner, width),
                            cluster_size};
   bool arrive_pending = false;
@@ -207,40 +241,59 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     int64_t offset[2];
     outer.row_offsets(o, offset);
     const int64_t c0 = col_block * width + int64_t{tx} * P;
-    const int64_t valid = layout.inner - c0;
+    const int valid = strided_valid(layout.inner, c0, P);
 
-    const in_t* const base[1] = {x + offset[0] + c0};
-    const int64_t axis_stride[1] = {outer.axis_stride[0]};
+    const in_t* const src[1] = {walk.start(x + offset[0] + c0, outer, 0)};
+    const int64_t pitch[1] = {walk.pitch[0]};
     acc_t frag[1][kAxisPerThread][P];
-    load_column_fragments<out_t>(base, axis_stride, axis_first, rows_step, outer.axis_size, valid, frag,
-                                 neg_infinity<acc_t>());
+    load_column_fragments<out_t>(src, pitch, walk.count, valid, frag, neg_infinity<acc_t>());
     auto& v = frag[0];
-    // Each exp is taken twice (statistics, then output): the per-column
-    // state leaves no registers to keep them.
+    // As the block family: the lanes holding the same columns share a max
+    // m, softmax keeps exp(x - m) in place of x, and the output is that
+    // times exp(m - max) / sum: one exp per element.
     using Epi = Epilogue<acc_t>;
+    acc_t local_max[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      local_max[p] = v[0][p];
+#pragma unroll
+      for (int e = 1; e < kAxisPerThread; ++e) local_max[p] = NanMax{}(local_max[p], v[e][p]);
+    }
+    fold_column_lanes(local_max, columns, NanMax{});
     Part part[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      acc_t m = neg_infinity<acc_t>();
-#pragma unroll
-      for (int e = 0; e < kAxisPerThread; ++e) m = NanMax{}(m, v[e][p]);
+      const bool empty = local_max[p] == neg_infinity<acc_t>();
       acc_t s = 0;
 #pragma unroll
-      for (int e = 0; e < kAxisPerThread; ++e) s += exp_term<typename Epi::Exp>(v[e][p], m);
-      part[p] = {m, s};
+      for (int e = 0; e < kAxisPerThread; ++e) {
+        const acc_t t = Epi::Exp::exp(v[e][p] - local_max[p]);
+        s += t;
+        if constexpr (Epi::kKeepsExp) v[e][p] = empty ? acc_t(0) : t;
+      }
+      part[p] = {local_max[p], empty ? acc_t(0) : s};
     }
-    reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, warp_parts, slot, totals,
+    fold_column_lanes(part, columns, [](const Part& a, const Part& b) { return Part{a.max, a.sum + b.sum}; });
+    reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals,
                             [](const Part& a, const Part& b) { return combine(a, b); });
+    // The lane group's max is read back from `parts` rather than held in
+    // registers through the reduction.
+    const Part* group_parts = warp_column_parts<Part, P>(parts, columns);
     Epi epilogue[P];
+    acc_t scale[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p].max, part[p].sum);
+    for (int p = 0; p < P; ++p) {
+      epilogue[p] = Epi(part[p].max, part[p].sum);
+      scale[p] = epilogue[p].scale_from(group_parts[p].max);
+    }
 
+    out_t* const dst = walk.start(y + offset[1] + c0, outer, 1);
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
-      const int64_t j = axis_first + int64_t{e} * rows_step;
-      if (j < outer.axis_size)
-        store_columns<out_t, P>(y + offset[1] + c0 + j * outer.axis_stride[1], valid,
-                                [&](int p) { return epilogue[p](v[e][p]); });
+      if (e < walk.count)
+        store_columns<out_t, P>(dst + e * walk.pitch[1], valid, [&](int p) {
+          return Epi::kKeepsExp ? epilogue[p].finish(v[e][p], scale[p]) : epilogue[p](v[e][p]);
+        });
     }
   }
   if (arrive_pending) cluster_wait();
@@ -253,7 +306,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                     const int columns, const int cluster_size) {
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
-  __shared__ acc_t warp_parts[kWarpSize][kStridedMaxColumns];
+  __shared__ acc_t parts[kWarpSize][kStridedMaxColumns];
   __shared__ acc_t slot[kStridedMaxColumns];
   __shared__ acc_t totals[kStridedMaxColumns];
 
@@ -262,7 +315,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int ty = threadIdx.x / columns;
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
-  const int64_t axis_first = cluster_rank() * int64_t{rows_step} * kAxisPerThread + ty;
+  const StridedAxisWalk<kAxisPerThread, 3> walk(outer, rows_step, ty);
   const StridedTiles tiles{ceil_div(layout.inner, width), outer.rows * ceil_div(layout.inner, width),
                            cluster_size};
   bool arrive_pending = false;
@@ -273,13 +326,13 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     int64_t offset[3];
     outer.row_offsets(o, offset);
     const int64_t c0 = col_block * width + int64_t{tx} * P;
-    const int64_t valid = layout.inner - c0;
+    const int valid = strided_valid(layout.inner, c0, P);
 
-    const scalar_t* const base[2] = {dy + offset[0] + c0, y + offset[1] + c0};
-    const int64_t axis_stride[2] = {outer.axis_stride[0], outer.axis_stride[1]};
+    const scalar_t* const src[2] = {walk.start(dy + offset[0] + c0, outer, 0),
+                                    walk.start(y + offset[1] + c0, outer, 1)};
+    const int64_t pitch[2] = {walk.pitch[0], walk.pitch[1]};
     acc_t frag[2][kAxisPerThread][P];
-    load_column_fragments<scalar_t>(base, axis_stride, axis_first, rows_step, outer.axis_size, valid, frag,
-                                    acc_t(0));
+    load_column_fragments<scalar_t>(src, pitch, walk.count, valid, frag, acc_t(0));
     auto& g = frag[0];
     auto& v = frag[1];
     acc_t part[P];
@@ -289,17 +342,18 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
       for (int e = 0; e < kAxisPerThread; ++e) part[p] += Epi::reduce_term(g[e][p], v[e][p]);
     }
-    reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, warp_parts, slot, totals,
+    fold_column_lanes(part, columns, Sum{});
+    reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals,
                              [](acc_t a, acc_t b) { return a + b; });
     Epi epilogue[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p]);
 
+    scalar_t* const dst = walk.start(dx + offset[2] + c0, outer, 2);
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
-      const int64_t j = axis_first + int64_t{e} * rows_step;
-      if (j < outer.axis_size)
-        store_columns<scalar_t, P>(dx + offset[2] + c0 + j * outer.axis_stride[2], valid,
+      if (e < walk.count)
+        store_columns<scalar_t, P>(dst + e * walk.pitch[2], valid,
                                    [&](int p) { return epilogue[p](g[e][p], v[e][p]); });
     }
   }
