@@ -157,6 +157,15 @@ constexpr int kStridedMinTileBytes = kVectorBytes;
 constexpr int64_t strided_min_tile_columns(int64_t element_bytes) {
   return std::max<int64_t>(kStridedMinTileBytes / element_bytes, 1);
 }
+// Where the 128-byte tile of an axis would take a cluster of more than
+// kStridedPreferredCluster 512-thread blocks, the tile narrows to
+// kStridedNarrowTileBytes, halving the cluster: clusters of 16 blocks fill
+// the GPCs poorly (on H200 at most 14 run at once, 224 of the 264 block
+// slots). Measured on H200, (8192, 8192).t() f32 forward, % of the copy
+// bandwidth: 128-byte tiles (clusters of 16) 45.0, log_softmax 47.3;
+// 64-byte tiles (clusters of 8) 48.6 and 52.9.
+constexpr int kStridedPreferredCluster = kPortableClusterSize;
+constexpr int kStridedNarrowTileBytes = 64;
 // Axis positions a tile `columns` wide holds in a cluster of `cluster_size`
 // blocks (1: one block), `per_thread` elements per thread whatever the
 // pack; blocks grow to 1024 threads for the longest axes, as in the cluster

@@ -42,6 +42,11 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   const int64_t min_width = std::max<int64_t>(strided_min_tile_columns(bytes), s.pack);
   while (width > min_width && p.axis_size > strided_axis_capacity(per_thread, width, std::max(max_cluster, 1)))
     width /= 2;
+  // Narrower tiles rather than clusters of more than 8 blocks (config.h).
+  const int64_t narrow = std::max<int64_t>(kStridedNarrowTileBytes / bytes, min_width);
+  while (max_cluster > 1 && width > narrow &&
+         rows_needed * (width / s.pack) > int64_t{kStridedPreferredCluster} * kClusterBlockThreads)
+    width /= 2;
   s.columns = static_cast<int>(width / s.pack);
   // As the block family's backward: 512-thread blocks where clusters exist.
   const int64_t rows_max = max_block_threads(max_cluster > 1, /*backward=*/true) / s.columns;
