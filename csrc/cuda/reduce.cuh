@@ -15,15 +15,6 @@
 
 namespace softmax_ext::cuda {
 
-// exp(x - max) for the row sum. An element equal to -inf adds 0, also when the
-// max is -inf: a block or lane whose elements are all -inf (or padding) then
-// contributes (max -inf, sum 0) to the combination below. A row of only -inf
-// still ends as NaN, as in torch: the epilogues compute x - max = NaN.
-template <typename Exp = AccurateExp, typename acc_t>
-__device__ __forceinline__ acc_t exp_term(acc_t x, acc_t max) {
-  return x == neg_infinity<acc_t>() ? acc_t(0) : Exp::exp(x - max);
-}
-
 // Partial softmax statistics of part of a row: its max and sum(exp(x - max)).
 template <typename acc_t>
 struct MaxSum {
@@ -64,9 +55,12 @@ __device__ __forceinline__ acc_t fragment_max(const acc_t (&v)[kPacks][P]) {
 
 // sum(exp(v - max)); with kKeepExp the fragment keeps exp(v - max) in place
 // of v, so the epilogue needs no second exp (SoftmaxForwardEpilogue).
-// As exp_term, with the -inf test taken once per fragment rather than per
-// element: below a max that is not -inf, exp(-inf - max) is 0 already; a
-// max of -inf means every element is -inf (or padding).
+// Elements equal to -inf add 0: below a max that is not -inf, exp(-inf -
+// max) is 0 already, and a max of -inf means every element is -inf (or
+// padding), so the fragment contributes (max -inf, sum 0) to the
+// combination. A row of only -inf still ends as NaN, as in torch: the
+// epilogues compute x - max = NaN. (The strided forward applies the same
+// rule per column.)
 template <bool kKeepExp, typename Exp, int kPacks, int P, typename acc_t>
 __device__ __forceinline__ acc_t fragment_exp_sum(acc_t (&v)[kPacks][P], acc_t max) {
   const bool empty = max == neg_infinity<acc_t>();

@@ -274,8 +274,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       part[p] = {local_max[p], empty ? acc_t(0) : s};
     }
     fold_column_lanes(part, columns, [](const Part& a, const Part& b) { return Part{a.max, a.sum + b.sum}; });
-    reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals,
-                            [](const Part& a, const Part& b) { return combine(a, b); });
+    reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, CombineMaxSum{});
     // The lane group's max is read back from `parts` rather than held in
     // registers through the reduction.
     const Part* group_parts = warp_column_parts<Part, P>(parts, columns);
@@ -343,8 +342,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       for (int e = 0; e < kAxisPerThread; ++e) part[p] += Epi::reduce_term(g[e][p], v[e][p]);
     }
     fold_column_lanes(part, columns, Sum{});
-    reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals,
-                             [](acc_t a, acc_t b) { return a + b; });
+    reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, Sum{});
     Epi epilogue[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p]);
