@@ -24,6 +24,7 @@ def cases():
     yield rnd(3, 200, 5)[:, :, 1:], 1  # strided, unaligned
     yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
     yield rnd(2, 70001), -1         # cluster family (sm_90) or split
+    yield rnd(40, 200003)[:, 3:], -1  # clusters taking several rows each, staged, unaligned
     yield rnd(1, 600001), -1        # split family (workspace)
     yield rnd(3000, 40), 0          # strided family across a cluster
     yield rnd(3, 33, 17), 1         # strided axis with an inner run

@@ -197,6 +197,31 @@ def test_unaligned_rows_long(n, start):
                              **tolerances(name, torch.bfloat16, n))
 
 
+@pytest.mark.parametrize("n", [40000, 100003, 262144])
+@pytest.mark.parametrize("start", [0, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
+def test_cluster_rows_many(dtype, n, start):
+    """More rows than clusters run at once: each cluster of the persistent grid
+    takes several rows, staging the next one in shared memory while it works
+    on the current one (csrc/cuda/staging.cuh), rows filling their cluster
+    partly or exactly, at 16-byte boundaries or off them."""
+    rows = 100
+    base = make_input((rows, n + start), dtype, "cuda", seed=n + start)
+    x = base[:, start:]
+    g_base = make_input((rows, n + start), dtype, "cuda", seed=n + start + 1)
+    dy = g_base[:, start:]
+    for kind in KINDS:
+        out = ours(kind)(x, -1)
+        assert_close_verbose(out, reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                             **tolerances(kind, dtype, n))
+        name = kind + "_backward"
+        y = reference_forward(kind, x, -1).to("cuda", dtype)
+        dx = ours(name)(dy, y, -1)
+        assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} start={start}",
+                             **tolerances(name, dtype, n))
+
+
 @pytest.mark.parametrize("n", [100, 5000, 70000, 600000])
 @pytest.mark.parametrize("kind", KINDS)
 def test_inf_nan_spread_over_blocks(n, kind):

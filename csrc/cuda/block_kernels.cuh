@@ -5,8 +5,10 @@
 // way global memory is read once and written once.
 //
 // Block b of a cluster holds view positions [b * C, (b + 1) * C) of the row,
-// C = blockDim.x * kPacks * P. Clusters walk the rows grid-stride; a cluster
-// of one block is the plain block family. kPacked: the rows stay packed in
+// C = blockDim.x * kPacks * P. Blocks and clusters walk the rows
+// grid-stride, clusters on a persistent grid, staging the next row in shared
+// memory (staging.cuh; config.h, stages_rows); a cluster of one block is the
+// plain block family. kPacked: the rows stay packed in
 // registers (Fragment, fragment.cuh; config.h says where).
 #pragma once
 
@@ -14,6 +16,7 @@
 #include "cuda/fragment.cuh"
 #include "cuda/launch.h"
 #include "cuda/reduce.cuh"
+#include "cuda/staging.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,27 +28,37 @@ namespace softmax_ext::cuda {
 // positions, `per_thread` of them per thread, on a device whose largest
 // cluster is `device_cluster`, with at most `max_cluster` blocks per row (1:
 // the block family): a block just large enough for the row (up to
-// max_block_threads, config.h), or a cluster of 512-thread blocks, of
-// 1024-thread blocks when 512 cannot hold the row.
+// max_block_threads, config.h), or a cluster of 1024-thread blocks (of
+// 512-thread blocks where that spares threads; config.h).
 struct BlockShape {
   int threads;
   int cluster_size;
+  int64_t smem_bytes = 0;   // dynamic shared memory per block
+  bool persistent = false;  // a grid of as many clusters as run at once
 };
 BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward);
 
 // The register layout and launch geometry of contiguous rows of in_t with
-// out_t's accumulator: calls launch(kPacked, kPacks, shape), the first two as
-// std::integral_constant. Long 16-bit rows stay packed (config.h,
-// keeps_packed), twice the elements per thread.
+// out_t's accumulator: calls launch(kPacked, kPacks, kStaged, shape), the
+// first three as std::integral_constant. Long 16-bit rows stay packed
+// (config.h, keeps_packed), twice the elements per thread; clusters stage
+// the next row in shared memory (staging.cuh, config.h: stages_rows).
 template <typename in_t, typename out_t, bool kBackward, typename Launch>
 void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Launch&& launch) {
   constexpr int P = kPack<in_t>;
   dispatch_bool(keeps_packed(p.in_dtype, p.axis_size, max_cluster > 1), [&](auto packed) {
     constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, kBackward) * (kPacked ? 2 : 1) / P;
-    const BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, in0, sizeof(in_t)), kPacks * P,
-                                         max_cluster, max_cluster_size(p.device_index), kBackward);
-    launch(std::bool_constant<kPacked>{}, std::integral_constant<int, kPacks>{}, shape);
+    BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, in0, sizeof(in_t)), kPacks * P,
+                                   max_cluster, max_cluster_size(p.device_index), kBackward);
+    dispatch_bool(stages_rows(shape.cluster_size, shape.threads, kBackward), [&](auto staged) {
+      // Clusters keep 16-bit rows packed: no unpacked 16-bit row is staged.
+      constexpr bool kStaged = decltype(staged)::value && (kPacked || !is_reduced_float_v<in_t>);
+      if (kStaged) shape.smem_bytes = stage_bytes(kBackward ? 2 : 1, kPacks, shape.threads);
+      shape.persistent = shape.cluster_size > 1;
+      launch(std::bool_constant<kPacked>{}, std::integral_constant<int, kPacks>{}, std::bool_constant<kStaged>{},
+             shape);
+    });
   });
 }
 
@@ -55,10 +68,10 @@ void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Lau
 struct ClusterLaunch {
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
-  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream) {
+  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream, size_t smem_bytes = 0) {
     config.gridDim = dim3(blocks);
     config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = 0;
+    config.dynamicSmemBytes = smem_bytes;
     config.stream = stream;
     if (cluster_size > 1) {
       attribute.id = cudaLaunchAttributeClusterDimension;
@@ -73,16 +86,31 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
+// How many clusters of `config`'s shape (its cluster attribute, block size
+// and shared memory) the current device runs at once; cached.
+int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config);
+
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
-// shape.cluster_size blocks when that is above 1, and checks the launch.
+// shape.cluster_size blocks when that is above 1, with shape.smem_bytes of
+// dynamic shared memory, and checks the launch.
 template <typename... Params, typename... Args>
-void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape,
-                       Args&&... args) {
+void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape, Args&&... args) {
   const int c = shape.cluster_size;
+  const int64_t smem_bytes = shape.smem_bytes;
   ClusterLaunch launch(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c, shape.threads, c,
-                       c10::cuda::getCurrentCUDAStream());
+                       c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(smem_bytes));
   if (c > kPortableClusterSize)
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  if (smem_bytes > 0) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem_bytes)));
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+  }
+  if (shape.persistent) {  // config.h, stages_rows
+    const int resident = resident_clusters(reinterpret_cast<const void*>(kernel), launch.config);
+    launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(rows, resident) * c);
+  }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
 }
 
@@ -92,7 +120,8 @@ struct ClusterRowLoop {
   __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
 };
 
-template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks, bool kPacked>
+template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks, bool kPacked,
+          bool kStaged>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_block_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
                                  const RowIndexer<2> layout, const int cluster_size) {
@@ -108,15 +137,33 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int block_positions = blockDim.x * kPacks * P;
   const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
   const int stride = blockDim.x * P;
+  const int64_t capacity = int64_t{block_positions} * cluster_size;
+
+  extern __shared__ uint4 stage_shared[];
+  StageOf<kStaged, 1, kPacks> stage(stage_shared);
+  const auto stage_row = [&](auto& st, int64_t row) {
+    int64_t offset[2];
+    layout.row_offsets(row, offset);
+    const in_t* const rows[1] = {x + offset[0]};
+    st.issue(rows, make_view(rows[0], layout.axis_size, capacity), first, stride);
+  };
+  if constexpr (kStaged)
+    if (loop.start() < layout.rows) stage_row(stage, loop.start());
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
     const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, int64_t{block_positions} * cluster_size);
+    const RowView view = make_view(x_row, layout.axis_size, capacity);
 
     Fragment<in_t, out_t, kPacks, kPacked> v;
-    v.load(x_row, view, first, stride, neg_infinity<acc_t>());
+    if constexpr (kStaged) {
+      stage.wait();
+      v.load_staged(stage, 0, x_row, view, first, stride, neg_infinity<acc_t>());
+      if (row + loop.step() < layout.rows) stage_row(stage, row + loop.step());
+    } else {
+      v.load(x_row, view, first, stride, neg_infinity<acc_t>());
+    }
     using Epi = Epilogue<acc_t>;
     // Unpacked softmax keeps exp(x - m) in place of x, m the thread's own
     // max, and scales by exp(m - max) / sum at the store: one exp per
@@ -143,7 +190,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   if (cluster_size > 1) cluster_exchange_exit(round);
 }
 
-template <template <typename> class Epilogue, typename scalar_t, int kPacks, bool kPacked>
+template <template <typename> class Epilogue, typename scalar_t, int kPacks, bool kPacked, bool kStaged>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_block_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
                                   scalar_t* __restrict__ dx, const RowIndexer<3> layout,
@@ -161,15 +208,34 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int block_positions = blockDim.x * kPacks * P;
   const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
   const int stride = blockDim.x * P;
+  const int64_t capacity = int64_t{block_positions} * cluster_size;
+
+  extern __shared__ uint4 stage_shared[];
+  StageOf<kStaged, 2, kPacks> stage(stage_shared);
+  const auto stage_row = [&](auto& st, int64_t row) {
+    int64_t offset[3];
+    layout.row_offsets(row, offset);
+    const scalar_t* const rows[2] = {dy + offset[0], y + offset[1]};
+    st.issue(rows, make_view(rows[0], layout.axis_size, capacity), first, stride);
+  };
+  if constexpr (kStaged)
+    if (loop.start() < layout.rows) stage_row(stage, loop.start());
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[3];
     layout.row_offsets(row, offset);
-    const RowView view = make_view(dy + offset[0], layout.axis_size, int64_t{block_positions} * cluster_size);
+    const RowView view = make_view(dy + offset[0], layout.axis_size, capacity);
 
     using Frag = Fragment<scalar_t, scalar_t, kPacks, kPacked>;
     Frag g, v;
-    Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
+    if constexpr (kStaged) {
+      stage.wait();
+      g.load_staged(stage, 0, dy + offset[0], view, first, stride, acc_t(0));
+      v.load_staged(stage, 1, y + offset[1], view, first, stride, acc_t(0));
+      if (row + loop.step() < layout.rows) stage_row(stage, row + loop.step());
+    } else {
+      Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
+    }
     acc_t sum = 0;
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)

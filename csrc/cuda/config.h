@@ -64,10 +64,19 @@ constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) 
 // cluster; blocks exchange partial (max, sum) through distributed shared
 // memory. 8 is the portable cluster limit; 16 needs the non-portable
 // attribute, which H100/H200 grant for 1024-thread blocks (queried at run
-// time: device_info.cu). Blocks have 512 threads while the cluster size
-// allows, 1024 for the longest rows.
+// time: device_info.cu). Blocks have 1024 threads (one per SM), or 512 where
+// that takes at least 1/kClusterHalfBlockSaving fewer threads for the row:
+// the registers of threads past the row's end are lost to every row.
+// Measured on H200, % of the copy bandwidth, 1024 -> 512-thread blocks:
+//   f32  N=40000  forward 76.3 -> 85.1 (3 of 4 SMs' threads needed)
+//   bf16 N=40000  backward 66.7 -> 93.0, N=100000 73.9 -> 90.5
+//   f32  N=100000 forward 83.7 -> 79.7 (7/8); backward 98.3 -> 91.4 (13/14)
+// 16 blocks of 512 threads (the earlier choice for the longest rows) fill
+// the GPCs worse than 8 of 1024: at most 14 such clusters run at once on
+// H200, 224 of the 264 block slots.
 constexpr int kPortableClusterSize = 8;
 constexpr int kMaxClusterSize = 16;
+constexpr int kClusterHalfBlockSaving = 8;
 // 16-bit rows longer than kPackedMinRow elements (every row of the cluster
 // family) stay in registers as they are in memory, two values per register,
 // widened only for the maths (Fragment, fragment.cuh): a thread holds twice
@@ -88,6 +97,24 @@ constexpr bool keeps_packed(c10::ScalarType in, int64_t axis_size, bool cluster)
 }
 constexpr int cluster_elems_per_thread(c10::ScalarType in, bool double_acc, bool backward) {
   return elems_per_thread(double_acc, backward) * (packs_registers(in) ? 2 : 1);
+}
+// Clusters run on a persistent grid (as many clusters as the GPU holds at
+// once, each looping over rows: relaunching a cluster per row left SMs idle
+// until a GPC had a whole cluster's worth free), and stage the next row in
+// shared memory while they reduce and store the current one (staging.cuh)
+// where that pays: every forward cluster; backward clusters of at least
+// kStagedMinBackwardThreads threads, whose exchange across six or more SMs
+// is long enough to hide loads behind (staging smaller backward clusters,
+// whose stage holds dy and y, lost up to 10 points). Measured on H200, % of
+// the copy bandwidth, a cluster per row -> persistent -> persistent and
+// staged:
+//   f32  N=262144 forward 79.9 -> 89.2 -> 92.7, backward 72.4 -> 71.5 -> 94.6
+//   f32  N=65536  forward 88.8 -> 92.2 -> 93.6, backward 92.0 -> 98.0 -> 97.5
+//   bf16 N=262144 forward 72.6 -> 86.9 -> 90.3, backward 84.9 -> 96.0 -> 98.3
+//   bf16 N=131072 backward (4 SMs) 82.2 -> 98.0 -> 88.1
+constexpr int kStagedMinBackwardThreads = 6 * kMaxBlockThreads;
+constexpr bool stages_rows(int cluster_size, int threads, bool backward) {
+  return cluster_size > 1 && (!backward || cluster_size * threads >= kStagedMinBackwardThreads);
 }
 constexpr int64_t cluster_capacity(c10::ScalarType in, bool double_acc, bool backward, int cluster_size) {
   return int64_t{kMaxBlockThreads} * cluster_elems_per_thread(in, double_acc, backward) * cluster_size;

@@ -24,7 +24,7 @@ struct DeviceFacts {
 int query_max_cluster(int device, int arch) {
   if (arch < 90) return 1;
   auto* kernel = softmax_block_forward_kernel<SoftmaxEpilogues::Forward, float, float,
-                                              elems_per_thread(false, false) / kPack<float>, false>;
+                                              elems_per_thread(false, false) / kPack<float>, false, false>;
   cudaFuncAttributes attributes{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   if (attributes.binaryVersion < 90) return 1;

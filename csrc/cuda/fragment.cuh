@@ -113,6 +113,26 @@ __device__ __forceinline__ bool whole_fragment(const T* row, const RowView& view
          pack_aligned<T, P>(row + j0);
 }
 
+// Whether the pack at row position j0 lies inside the row at a 16-byte
+// boundary: moved with one vector access.
+template <typename T, int P, typename Index>
+__device__ __forceinline__ bool full_pack(const T* row, const RowView& view, Index j0) {
+  return view.vec && j0 >= 0 && j0 + P <= static_cast<Index>(view.n) && pack_aligned<T, P>(row + j0);
+}
+
+// Loads the pack at row position j0 element by element as acc values
+// (load_as<out_t>); positions outside the row get `fill`.
+template <typename out_t, typename in_t, int P, typename acc_t, typename Index>
+__device__ __forceinline__ void load_pack_elements(const in_t* __restrict__ row, const RowView& view, Index j0,
+                                                   acc_t (&v)[P], acc_t fill) {
+  const Index n = static_cast<Index>(view.n);
+#pragma unroll
+  for (int e = 0; e < P; ++e) {
+    const Index j = j0 + e;
+    v[e] = (j >= 0 && j < n) ? load_as<out_t>(row[j]) : fill;
+  }
+}
+
 // Loads a fragment pack by pack into acc values, as load_as<out_t> (the
 // `dtype=` cast first); positions outside the row get `fill`. Full aligned
 // packs are vector accesses, the rest element by element: the path of
@@ -122,21 +142,16 @@ template <typename out_t, typename in_t, int kPacks, int P, typename acc_t, type
 __device__ __forceinline__ void load_fragment_by_pack(const in_t* __restrict__ row, const RowView& view,
                                                       Index first, Index stride, acc_t (&v)[kPacks][P],
                                                       acc_t fill) {
-  const Index n = static_cast<Index>(view.n);
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     const Index j0 = first + k * stride - view.shift;
-    if (view.vec && j0 >= 0 && j0 + P <= n && pack_aligned<in_t, P>(row + j0)) {
+    if (full_pack<in_t, P>(row, view, j0)) {
       Pack<in_t, P> p;
       p.load(row + j0);
 #pragma unroll
       for (int e = 0; e < P; ++e) v[k][e] = load_as<out_t>(p.v[e]);
     } else {
-#pragma unroll
-      for (int e = 0; e < P; ++e) {
-        const Index j = j0 + e;
-        v[k][e] = (j >= 0 && j < n) ? load_as<out_t>(row[j]) : fill;
-      }
+      load_pack_elements<out_t>(row, view, j0, v[k], fill);
     }
   }
 }
@@ -261,6 +276,26 @@ struct Fragment {
                                        Index stride, acc_t fill) {
     load_fragment<out_t>(row, view, first, stride, v, fill);
   }
+  // After a RowStage's wait (staging.cuh): operand f's staged packs from
+  // shared memory, the others (at the row's ends, or off alignment) from
+  // `row` element by element, as load().
+  template <typename Stage, typename Index>
+  __device__ __forceinline__ void load_staged(const Stage& stage, int f, const in_t* __restrict__ row,
+                                              const RowView& view, Index first, Index stride, acc_t fill) {
+    static_assert(Pack<in_t, P>::kChunks == 1, "a staged pack is one 16-byte slot");
+    const bool all = stage.all();
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if (all || stage.has(f, k)) {
+        Pack<in_t, P> p;
+        p.raw[0] = stage.pack(f, k);
+#pragma unroll
+        for (int e = 0; e < P; ++e) v[k][e] = load_as<out_t>(p.v[e]);
+      } else {
+        load_pack_elements<out_t>(row, view, first + k * stride - view.shift, v[k], fill);
+      }
+    }
+  }
   // The backward's dy and y: every load of both issued before either is widened.
   template <typename Index>
   __device__ __forceinline__ static void load_pair(Fragment& a, Fragment& b, const in_t* __restrict__ a_row,
@@ -364,26 +399,46 @@ struct Fragment<in_t, out_t, kPacks, true> {
     if (whole_fragment<in_t, kPacks, P>(row, view, first, stride)) {
       const in_t* p = row + (first - view.shift);
 #pragma unroll
-      for (int k = 0; k < kPacks; ++k) {
-        const uint4 r = *reinterpret_cast<const uint4*>(p + k * stride);
-        w[k][0] = r.x;
-        w[k][1] = r.y;
-        w[k][2] = r.z;
-        w[k][3] = r.w;
-      }
+      for (int k = 0; k < kPacks; ++k) set_pack(k, *reinterpret_cast<const uint4*>(p + k * stride));
       return;
     }
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      const Index j0 = first + k * stride - view.shift;
+      if (full_pack<in_t, P>(row, view, j0)) set_pack(k, *reinterpret_cast<const uint4*>(row + j0));
+      else load_pack_elements(k, row, view, j0, fill);
+    }
+  }
+  // As the unpacked fragment's load_staged.
+  template <typename Stage, typename Index>
+  __device__ __forceinline__ void load_staged(const Stage& stage, int f, const in_t* __restrict__ row,
+                                              const RowView& view, Index first, Index stride, float fill) {
+    const bool all = stage.all();
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      if (all || stage.has(f, k)) set_pack(k, stage.pack(f, k));
+      else load_pack_elements(k, row, view, first + k * stride - view.shift, fill);
+    }
+  }
+  __device__ __forceinline__ void set_pack(int k, const uint4& r) {
+    w[k][0] = r.x;
+    w[k][1] = r.y;
+    w[k][2] = r.z;
+    w[k][3] = r.w;
+  }
+  // Pack k from row position j0, element by element; `fill` outside the row.
+  template <typename Index>
+  __device__ __forceinline__ void load_pack_elements(int k, const in_t* __restrict__ row, const RowView& view,
+                                                     Index j0, float fill) {
     const uint32_t fill_bits = in_t(fill).x;
     const Index n = static_cast<Index>(view.n);
 #pragma unroll
-    for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-      for (int i = 0; i < kWords; ++i) {
-        const Index j = first + k * stride - view.shift + 2 * i;
-        const uint32_t lo = j >= 0 && j < n ? row[j].x : fill_bits;
-        const uint32_t hi = j + 1 >= 0 && j + 1 < n ? row[j + 1].x : fill_bits;
-        w[k][i] = lo | hi << 16;
-      }
+    for (int i = 0; i < kWords; ++i) {
+      const Index j = j0 + 2 * i;
+      const uint32_t lo = j >= 0 && j < n ? row[j].x : fill_bits;
+      const uint32_t hi = j + 1 >= 0 && j + 1 < n ? row[j + 1].x : fill_bits;
+      w[k][i] = lo | hi << 16;
+    }
   }
   // No conversion follows a load here, so nothing stalls between them.
   template <typename Index>

@@ -4,6 +4,10 @@
 #include "cuda/block_kernels.cuh"
 #include "cuda/launch.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 namespace softmax_ext::cuda {
 
 BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward) {
@@ -13,13 +17,36 @@ BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int 
     const int64_t warps = ceil_div(threads, kWarpSize);
     return {static_cast<int>(std::clamp<int64_t>(warps * kWarpSize, kMinBlockThreads, block_max)), 1};
   }
-  for (int block : {kClusterBlockThreads, kMaxBlockThreads}) {
-    const int64_t blocks = ceil_div(threads, block);
-    if (blocks <= max_cluster) return {block, static_cast<int>(blocks)};
-  }
+  const int64_t blocks = ceil_div(threads, kMaxBlockThreads);
+  const int64_t half_blocks = ceil_div(threads, kClusterBlockThreads);
+  const int64_t full_threads = blocks * kMaxBlockThreads;
+  if (half_blocks <= max_cluster &&
+      (full_threads - half_blocks * kClusterBlockThreads) * kClusterHalfBlockSaving >= full_threads)
+    return {kClusterBlockThreads, static_cast<int>(half_blocks)};
+  if (blocks <= max_cluster) return {kMaxBlockThreads, static_cast<int>(blocks)};
   // Only a row that starts off a 16-byte boundary and fills the largest
   // cluster exactly gets here; its view falls back to element accesses.
   return {kMaxBlockThreads, max_cluster};
+}
+
+int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
+  using Key = std::tuple<int, const void*, unsigned, size_t, unsigned>;
+  static std::mutex mutex;
+  static std::map<Key, int> cache;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const unsigned cluster_size = config.numAttrs > 0 ? config.attrs[0].val.clusterDim.x : 1;
+  const Key key{device, kernel, config.blockDim.x, config.dynamicSmemBytes, cluster_size};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  cudaLaunchConfig_t probe = config;
+  probe.gridDim = dim3(cluster_size);
+  int clusters = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe));
+  clusters = std::max(clusters, 1);
+  cache.emplace(key, clusters);
+  return clusters;
 }
 
 void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
@@ -28,11 +55,12 @@ void block_forward(const Problem& p, const Buffers& b, int max_cluster) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     with_block_geometry<in_t, out_t, false>(
-        p, b.in0, max_cluster, [&](auto packed, auto packs, const BlockShape& shape) {
+        p, b.in0, max_cluster, [&](auto packed, auto packs, auto staged, const BlockShape& shape) {
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
         launch_row_blocks(softmax_block_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
-                                                       decltype(packs)::value, decltype(packed)::value>,
+                                                       decltype(packs)::value, decltype(packed)::value,
+                                                       decltype(staged)::value>,
                           p.rows, shape, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
                           shape.cluster_size);
       });

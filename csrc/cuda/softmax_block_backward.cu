@@ -11,11 +11,11 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.block_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
     with_block_geometry<scalar_t, scalar_t, true>(
-        p, b.in0, max_cluster, [&](auto packed, auto packs, const BlockShape& shape) {
+        p, b.in0, max_cluster, [&](auto packed, auto packs, auto staged, const BlockShape& shape) {
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
         launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, decltype(packs)::value,
-                                                        decltype(packed)::value>,
+                                                        decltype(packed)::value, decltype(staged)::value>,
                           p.rows, shape, static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
                           static_cast<scalar_t*>(b.out), layout, shape.cluster_size);
       });
