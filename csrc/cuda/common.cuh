@@ -76,7 +76,8 @@ __device__ __forceinline__ double acc_exp(double x) { return ::exp(x); }
 __device__ __forceinline__ float acc_log(float x) { return ::logf(x); }
 __device__ __forceinline__ double acc_log(double x) { return ::log(x); }
 
-// Which exp the forward kernels use. Outputs in f16/bf16 keep 8-11 bits, so
+// Which exp the forward kernels and the log_softmax backward use (exp(y) of a
+// 16-bit y: the same argument). Outputs in f16/bf16 keep 8-11 bits, so
 // the hardware exp2 approximation (__expf: ~2 ulp of float) cannot change
 // them beyond the one rounding to the output type, and it lifts the
 // 16-bit-output kernels off the compute limit (twice the elements per byte
@@ -194,7 +195,7 @@ struct SoftmaxBackwardEpilogue {
   }
 };
 
-template <typename acc_t>
+template <typename acc_t, typename ExpPolicy = AccurateExp>
 struct LogSoftmaxBackwardEpilogue {
   static constexpr bool kReduceReadsY = false;
   __device__ static __forceinline__ acc_t reduce_term(acc_t dy, acc_t) { return dy; }
@@ -204,7 +205,7 @@ struct LogSoftmaxBackwardEpilogue {
   __device__ __forceinline__ explicit LogSoftmaxBackwardEpilogue(acc_t row_sum)
       : sum(row_sum) {}
   __device__ __forceinline__ acc_t operator()(acc_t dy, acc_t y) const {
-    return dy - acc_exp(y) * sum;
+    return dy - ExpPolicy::exp(y) * sum;
   }
 };
 
@@ -213,7 +214,8 @@ using exp_policy_t = std::conditional_t<is_reduced_float_v<out_t>, FastExp, Accu
 
 // The epilogues of one kind, so host code can pick them with one switch:
 // dispatch_kind(kind, [&](auto e) { kernel<decltype(e)::template Forward, ...> }).
-// ForwardFor<out_t>::type is the forward epilogue with out_t's exp policy.
+// ForwardFor<out_t>::type is the forward epilogue with out_t's exp policy,
+// BackwardFor<scalar_t>::type the backward one with scalar_t's.
 struct SoftmaxEpilogues {
   template <typename acc_t>
   using Forward = SoftmaxForwardEpilogue<acc_t>;
@@ -222,8 +224,11 @@ struct SoftmaxEpilogues {
     template <typename acc_t>
     using type = SoftmaxForwardEpilogue<acc_t, exp_policy_t<out_t>>;
   };
-  template <typename acc_t>
-  using Backward = SoftmaxBackwardEpilogue<acc_t>;
+  template <typename scalar_t>
+  struct BackwardFor {
+    template <typename acc_t>
+    using type = SoftmaxBackwardEpilogue<acc_t>;
+  };
 };
 struct LogSoftmaxEpilogues {
   template <typename acc_t>
@@ -233,8 +238,11 @@ struct LogSoftmaxEpilogues {
     template <typename acc_t>
     using type = LogSoftmaxForwardEpilogue<acc_t, exp_policy_t<out_t>>;
   };
-  template <typename acc_t>
-  using Backward = LogSoftmaxBackwardEpilogue<acc_t>;
+  template <typename scalar_t>
+  struct BackwardFor {
+    template <typename acc_t>
+    using type = LogSoftmaxBackwardEpilogue<acc_t, exp_policy_t<scalar_t>>;
+  };
 };
 
 template <typename F>

@@ -14,7 +14,7 @@ void block_backward(const Problem& p, const Buffers& b, int max_cluster) {
         p, b.in0, max_cluster, [&](auto packed, auto packs, auto staged, const BlockShape& shape) {
       dispatch_kind(p.kind, [&](auto epilogues) {
         using E = decltype(epilogues);
-        launch_row_blocks(softmax_block_backward_kernel<E::template Backward, scalar_t, decltype(packs)::value,
+        launch_row_blocks(softmax_block_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, decltype(packs)::value,
                                                         decltype(packed)::value, decltype(staged)::value>,
                           p.rows, shape, static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
                           static_cast<scalar_t*>(b.out), layout, shape.cluster_size);

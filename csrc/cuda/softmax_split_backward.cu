@@ -23,14 +23,14 @@ void split_backward(const Problem& p, const Buffers& b, void* workspace) {
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       const SplitShape g = split_shape(p);
-      softmax_split_backward_stats_kernel<E::template Backward, scalar_t, kPacks>
+      softmax_split_backward_stats_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, kPacks>
           <<<grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, stream>>>(dy, y, partials, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       softmax_split_backward_combine_kernel<acc_t>
           <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       static_assert(split_apply_divisor(sizeof(scalar_t), true) == 1, "the backward apply keeps the stats tiles");
-      softmax_split_backward_apply_kernel<E::template Backward, scalar_t, kPacks,
+      softmax_split_backward_apply_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, kPacks,
                                           split_apply_blocks_per_sm(sizeof(scalar_t), true)>
           <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out),
                                                                                  totals, layout, g);

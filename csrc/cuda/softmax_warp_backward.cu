@@ -21,7 +21,7 @@ void warp_backward(const Problem& p, const Buffers& b) {
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
-        softmax_warp_backward_kernel<E::template Backward, scalar_t, decltype(packs)::value>
+        softmax_warp_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, decltype(packs)::value>
             <<<warp_grid(p.rows, shape.group, shape.packs, kMaxPacks), kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(
                 static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
