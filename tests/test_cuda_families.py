@@ -222,6 +222,17 @@ def test_cluster_rows_many(dtype, n, start):
                              **tolerances(name, dtype, n))
 
 
+def test_cluster_block_sizes_alternate():
+    """One kernel staged in blocks of 1024 threads (N=262144), then of 512
+    (N=40000), then of 1024 again: each launch gets the shared memory its
+    block size needs, in whatever order the shapes come."""
+    for n in (262144, 40000, 262144, 40000):
+        x = make_input((20, n), torch.float32, "cuda", seed=n)
+        for kind in KINDS:
+            assert_close_verbose(ours(kind)(x, -1), reference_forward(kind, x, -1), msg=f"{kind} n={n}",
+                                 **tolerances(kind, torch.float32, n))
+
+
 @pytest.mark.parametrize("n", [100, 5000, 70000, 600000])
 @pytest.mark.parametrize("kind", KINDS)
 def test_inf_nan_spread_over_blocks(n, kind):

@@ -86,9 +86,12 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// How many clusters of `config`'s shape (its cluster attribute, block size
-// and shared memory) the current device runs at once; cached.
-int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config);
+// Readies `kernel` for a persistent launch of `config`'s shape (its cluster
+// attribute, block size and dynamic shared memory) on the current device,
+// setting the attributes that shape needs, and returns how many such
+// clusters the device runs at once. Both happen once per device, kernel and
+// shape, not on every launch.
+int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
 // shape.cluster_size blocks when that is above 1, with shape.smem_bytes of
@@ -96,20 +99,15 @@ int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 template <typename... Params, typename... Args>
 void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape, Args&&... args) {
   const int c = shape.cluster_size;
-  const int64_t smem_bytes = shape.smem_bytes;
+  TORCH_INTERNAL_ASSERT(shape.smem_bytes == 0 || shape.persistent,
+                        "softmax_ext: dynamic shared memory is set up by persistent launches");
   ClusterLaunch launch(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c, shape.threads, c,
-                       c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(smem_bytes));
-  if (c > kPortableClusterSize)
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  if (smem_bytes > 0) {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem_bytes)));
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared));
-  }
+                       c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(shape.smem_bytes));
   if (shape.persistent) {  // config.h, stages_rows
-    const int resident = resident_clusters(reinterpret_cast<const void*>(kernel), launch.config);
+    const int resident = persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
     launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(rows, resident) * c);
+  } else if (c > kPortableClusterSize) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   }
   C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
 }
@@ -141,14 +139,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
   extern __shared__ uint4 stage_shared[];
   StageOf<kStaged, 1, kPacks> stage(stage_shared);
-  const auto stage_row = [&](auto& st, int64_t row) {
-    int64_t offset[2];
-    layout.row_offsets(row, offset);
-    const in_t* const rows[1] = {x + offset[0]};
-    st.issue(rows, make_view(rows[0], layout.axis_size, capacity), first, stride);
-  };
+  const in_t* const staged_operands[1] = {x};
   if constexpr (kStaged)
-    if (loop.start() < layout.rows) stage_row(stage, loop.start());
+    if (loop.start() < layout.rows)
+      stage.issue_row(layout, loop.start(), staged_operands, capacity, first, stride);
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[2];
@@ -160,7 +154,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     if constexpr (kStaged) {
       stage.wait();
       v.load_staged(stage, 0, x_row, view, first, stride, neg_infinity<acc_t>());
-      if (row + loop.step() < layout.rows) stage_row(stage, row + loop.step());
+      if (row + loop.step() < layout.rows)
+        stage.issue_row(layout, row + loop.step(), staged_operands, capacity, first, stride);
     } else {
       v.load(x_row, view, first, stride, neg_infinity<acc_t>());
     }
@@ -212,14 +207,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 
   extern __shared__ uint4 stage_shared[];
   StageOf<kStaged, 2, kPacks> stage(stage_shared);
-  const auto stage_row = [&](auto& st, int64_t row) {
-    int64_t offset[3];
-    layout.row_offsets(row, offset);
-    const scalar_t* const rows[2] = {dy + offset[0], y + offset[1]};
-    st.issue(rows, make_view(rows[0], layout.axis_size, capacity), first, stride);
-  };
+  const scalar_t* const staged_operands[2] = {dy, y};
   if constexpr (kStaged)
-    if (loop.start() < layout.rows) stage_row(stage, loop.start());
+    if (loop.start() < layout.rows)
+      stage.issue_row(layout, loop.start(), staged_operands, capacity, first, stride);
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[3];
@@ -232,7 +223,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       stage.wait();
       g.load_staged(stage, 0, dy + offset[0], view, first, stride, acc_t(0));
       v.load_staged(stage, 1, y + offset[1], view, first, stride, acc_t(0));
-      if (row + loop.step() < layout.rows) stage_row(stage, row + loop.step());
+      if (row + loop.step() < layout.rows)
+        stage.issue_row(layout, row + loop.step(), staged_operands, capacity, first, stride);
     } else {
       Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
     }

@@ -236,6 +236,8 @@ __device__ __forceinline__ void store_fragment(out_t* __restrict__ row, const Ro
 #pragma unroll
   for (int k = 0; k < kPacks; ++k) {
     const Index j0 = first + k * stride - view.shift;
+    // full_pack's test, spelled out: through the call ptxas spills 8 bytes
+    // in the f32 block kernels (ptxas -v, sm_90).
     if (view.vec && j0 >= 0 && j0 + P <= n && pack_aligned<out_t, P>(row + j0)) {
       Pack<out_t, P> p;
 #pragma unroll

@@ -29,7 +29,7 @@ BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int 
   return {kMaxBlockThreads, max_cluster};
 }
 
-int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
+int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
   using Key = std::tuple<int, const void*, unsigned, size_t, unsigned>;
   static std::mutex mutex;
   static std::map<Key, int> cache;
@@ -40,6 +40,19 @@ int resident_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  if (cluster_size > kPortableClusterSize)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  // The limit is only ever raised: the same kernel also runs with other
+  // block sizes, whose cached launches rely on the larger limit set for them.
+  cudaFuncAttributes attributes{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (config.dynamicSmemBytes > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes))
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(config.dynamicSmemBytes)));
+  if (config.dynamicSmemBytes > 0) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+  }
   cudaLaunchConfig_t probe = config;
   probe.gridDim = dim3(cluster_size);
   int clusters = 0;

@@ -86,6 +86,20 @@ struct RowStage {
     cp_async_commit();
   }
 
+  // Starts staging row `row` of the operands at bases[f] (RowIndexer slots
+  // 0..kFrags-1 of `layout`), the view taken from operand 0.
+  template <typename T, int N, typename Index>
+  __device__ __forceinline__ void issue_row(const RowIndexer<N>& layout, int64_t row, const T* const (&bases)[kFrags],
+                                            int64_t capacity, Index first, Index stride) {
+    static_assert(N >= kFrags, "the layout indexes every staged operand");
+    int64_t offset[N];
+    layout.row_offsets(row, offset);
+    const T* rows[kFrags];
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) rows[f] = bases[f] + offset[f];
+    issue(rows, make_view(rows[0], layout.axis_size, capacity), first, stride);
+  }
+
   __device__ __forceinline__ void wait() const { cp_async_wait_all(); }
   __device__ __forceinline__ bool has(int f, int k) const { return (staged >> (f * kPacks + k)) & 1u; }
   __device__ __forceinline__ bool all() const { return staged == kAll; }
