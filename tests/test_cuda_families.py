@@ -257,7 +257,12 @@ def test_inf_nan_spread_over_blocks(n, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     "shape,dim",
-    [((32, 1024, 64), 1), ((8, 3000, 33), 1), ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2)],
+    # one-warp tiles (axis 3, 16, 19; the first two widened past 128 bytes),
+    # one 1024-thread block, clusters of two
+    # 1024-thread blocks (axis 2000 forward, 1024 backward) and of 512-thread
+    # blocks (axis 3000), tiles narrower than the inner run (96, 65, 9)
+    [((32, 1024, 64), 1), ((4, 2000, 64), 1), ((8, 3000, 33), 1), ((64, 3, 300), 1), ((64, 16, 520), 1), ((16, 19, 1000), 1),
+     ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_strided_shapes(kind, shape, dim, dtype):

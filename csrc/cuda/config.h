@@ -165,7 +165,31 @@ constexpr int64_t split_apply_tile(bool double_acc, bool backward, int64_t eleme
 // run is shorter). Inner runs shorter than kStridedMinInner go to the
 // reference kernel. (Measured on H100 for (32, 1024, 4096) over dim 1: 64-byte
 // tiles at half the register budget ran at 40% of copy bandwidth, 128-byte
-// tiles at the full budget at 60%, despite a few spilled registers.)
+// tiles at the full budget at 60%, despite a few spilled registers. On H200
+// the half budget still cost 16-20 points: the per-tile reduction is paid
+// per half as many bytes.)
+//
+// A tile is one block of up to kMaxBlockThreads threads before it is a
+// cluster, and a cluster of at most kStridedWideClusterMax blocks has
+// 1024-thread blocks; longer axes take 512-thread blocks, two per SM.
+// Measured on H200, % of the copy bandwidth, f32 (the larger blocks on a
+// persistent grid, below):
+//   (32, 1024, 4096) dim 1 forward: 2 x 512 -> one 1024-thread block
+//     64.2 -> 78.0 (log_softmax 68.3 -> 79.2)
+//   (32, 1024, 4096) dim 1 backward: 4 x 512 -> 2 x 1024 78.0 -> 84.0
+//     (log_softmax 75.6 -> 80.5)
+//   (8192, 8192).t() forward: 8 x 512 51.5, 4 x 1024 46.0
+// A copy of the same tiles, with no reduction, ran at 94% (128-byte tiles
+// over 1024 positions) and 78-89% ((8192, 8192).t(), 64- and 128-byte tiles):
+// the rest is the per-tile reduction and, across clusters, its barriers.
+constexpr int kStridedWideClusterMax = 2;
+// Blocks of more than 512 threads have an SM each: between one finishing and
+// the next being placed the SM idles, so they run on a persistent grid, each
+// looping over tiles (one 1024-thread block per tile of (32, 1024, 4096)
+// dim 1: 66.1 -> 78.0; 2 x 1024 backward 71.8 -> 84.0). Clusters of
+// 512-thread blocks are not: on (8192, 8192).t() a persistent grid of them
+// ran at 47.9 against 51.5.
+constexpr bool strided_persistent(int threads) { return threads > kClusterBlockThreads; }
 constexpr int64_t kStridedMinInner = 4;
 constexpr int kStridedTileBytes = 128;
 constexpr int strided_tile_columns(int64_t element_bytes) {

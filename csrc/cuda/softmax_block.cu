@@ -53,10 +53,18 @@ int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
   }
-  cudaLaunchConfig_t probe = config;
-  probe.gridDim = dim3(cluster_size);
   int clusters = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe));
+  if (cluster_size > 1) {
+    cudaLaunchConfig_t probe = config;
+    probe.gridDim = dim3(cluster_size);
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe));
+  } else {  // single blocks: blocks per SM times SMs
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(config.blockDim.x),
+                                                                 config.dynamicSmemBytes));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    clusters = per_sm * sms;
+  }
   clusters = std::max(clusters, 1);
   cache.emplace(key, clusters);
   return clusters;

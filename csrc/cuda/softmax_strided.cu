@@ -48,22 +48,37 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
          rows_needed * (width / s.pack) > int64_t{kStridedPreferredCluster} * kClusterBlockThreads)
     width /= 2;
   s.columns = static_cast<int>(width / s.pack);
-  // As the block family's backward: 512-thread blocks where clusters exist.
-  const int64_t rows_max = max_block_threads(max_cluster > 1, /*backward=*/true) / s.columns;
-  if (rows_needed <= rows_max || max_cluster <= 1) {
+  // An axis shorter than a warp's rows: the tile widens into the idle rows,
+  // as far as the inner run goes (a one-warp tile reduces by shuffles alone,
+  // so its width is not bound by the shared-memory partials).
+  const int64_t run_columns = std::max<int64_t>(next_pow2(p.inner_size()) / s.pack, 1);
+  while (s.columns * 2 <= std::min<int64_t>(kWarpSize, run_columns) && rows_needed * s.columns * 2 <= kWarpSize)
+    s.columns *= 2;
+  // One block of up to 1024 threads before any cluster (config.h).
+  if (rows_needed * s.columns <= kMaxBlockThreads || max_cluster <= 1) {
     TORCH_INTERNAL_ASSERT(rows_needed <= kMaxBlockThreads / s.columns, "softmax_ext cuda.strided: an axis of ",
                           p.axis_size, " exceeds a block");
     const int64_t rows_multiple = kWarpSize / s.columns;
     s.threads = static_cast<int>(ceil_div(rows_needed, rows_multiple) * rows_multiple * s.columns);
     s.cluster_size = 1;
+    s.persistent = strided_persistent(s.threads);
     return s;
   }
-  // As in the cluster family: 512-thread blocks while the cluster size allows.
+  // Clusters of up to kStridedWideClusterMax 1024-thread blocks, else of
+  // 512-thread blocks while the cluster size allows (config.h).
+  const int64_t wide_blocks = ceil_div(rows_needed, kMaxBlockThreads / s.columns);
+  if (wide_blocks <= std::min(kStridedWideClusterMax, max_cluster)) {
+    s.threads = kMaxBlockThreads;
+    s.cluster_size = static_cast<int>(wide_blocks);
+    s.persistent = strided_persistent(s.threads);
+    return s;
+  }
   for (int threads : {kClusterBlockThreads, kMaxBlockThreads}) {
     const int64_t blocks = ceil_div(rows_needed, threads / s.columns);
     if (blocks <= max_cluster) {
       s.threads = threads;
       s.cluster_size = static_cast<int>(blocks);
+      s.persistent = strided_persistent(s.threads);
       return s;
     }
   }
@@ -83,10 +98,13 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
       dispatch_strided_pack<in_t>(shape, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
-        launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, P, kPerThread / P>,
-                          tiles, BlockShape{shape.threads, shape.cluster_size},
-                          static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout,
-                          shape.columns, shape.cluster_size);
+        dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
+          launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
+                                                           P, kPerThread / P, decltype(one_warp)::value>,
+                            tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
+                            static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout, shape.columns,
+                            shape.cluster_size);
+        });
       });
     });
   });

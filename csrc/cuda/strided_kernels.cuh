@@ -29,6 +29,7 @@ struct StridedShape {
   int columns;       // threads across the tile (W / P), at most 32
   int threads;       // block size
   int cluster_size;  // blocks along the axis
+  bool persistent;   // a grid of as many blocks as run at once (config.h)
 };
 StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster);
 
@@ -69,6 +70,24 @@ struct StridedTiles {
   __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
 };
 
+// Where thread tx's P columns of tile `tile` start in each operand (before
+// the axis walk's first position) and how many of them lie in the run.
+template <int N>
+struct TileColumns {
+  int64_t offset[N];
+  int valid;
+  __device__ __forceinline__ TileColumns(const StridedLayout<N>& layout, const StridedTiles& tiles, int64_t tile,
+                                         int64_t width, int tx, int P) {
+    int64_t col_block;
+    const int64_t o = divmod(tile, tiles.col_blocks, col_block);
+    layout.outer.row_offsets(o, offset);
+    const int64_t c0 = col_block * width + int64_t{tx} * P;
+#pragma unroll
+    for (int f = 0; f < N; ++f) offset[f] += c0;
+    valid = static_cast<int>(std::clamp<int64_t>(layout.inner - c0, 0, P));
+  }
+};
+
 // A thread's axis positions in every tile: first + e * rows_step for the
 // first `count` of e < kAxis (the others lie past the axis), pitch[f]
 // elements apart in operand f. Block `rank` of a cluster holds the tile's
@@ -92,11 +111,6 @@ struct StridedAxisWalk {
     return base + first * outer.axis_stride[f];
   }
 };
-
-// Columns of the run a thread's P columns hold, from P down to 0.
-__device__ __forceinline__ int strided_valid(int64_t inner, int64_t c0, int P) {
-  return static_cast<int>(std::clamp<int64_t>(inner - c0, 0, P));
-}
 
 // Loads P columns of one axis position into v (fill outside the row/run).
 template <typename out_t, typename in_t, int P, typename acc_t>
@@ -177,6 +191,37 @@ __device__ __forceinline__ T* warp_column_parts(T (*parts)[kStridedMaxColumns], 
   return parts[threadIdx.x / kWarpSize] + threadIdx.x % columns * P;
 }
 
+// Lanes that fold one column's `sources` partials together in reduce_columns:
+// a power of two, at most the sources and a warp, such that every column
+// still has its group of lanes in the block.
+__device__ __forceinline__ int column_group_lanes(int width, int sources) {
+  int g = 1;
+  while (g * 2 <= sources && g * 2 <= kWarpSize && width * g * 2 <= static_cast<int>(blockDim.x)) g *= 2;
+  return g;
+}
+
+// totals[c] for c < width: source(k, c) folded over k < sources, by groups of
+// lanes (column_group_lanes): lane j of a column's group folds sources j,
+// j + g, ..., then the g lanes fold by shuffles. The order is fixed
+// (deterministic) and short: log2(g) + sources / g steps, where one thread
+// per column took `sources` dependent steps (each with two exps for the
+// forward's MaxSum). Every thread of the block must call it.
+template <typename T, typename Source, typename Combine>
+__device__ __forceinline__ void fold_column_sources(int width, int sources, Source source, T* totals,
+                                                    Combine combine) {
+  const int g = column_group_lanes(width, sources);
+  const int j = static_cast<int>(threadIdx.x) % g;
+  const int per_pass = static_cast<int>(blockDim.x) / g;
+  for (int base = 0; base < width; base += per_pass) {  // block-uniform: the shuffles see whole warps
+    const int c = base + static_cast<int>(threadIdx.x) / g;
+    const int column = c < width ? c : 0;
+    T total = source(j, column);
+    for (int k = j + g; k < sources; k += g) total = combine(total, source(k, column));
+    for (int offset = 1; offset < g; offset *= 2) total = combine(total, shfl_xor(total, offset));
+    if (j == 0 && c < width) totals[c] = total;
+  }
+}
+
 // Folds the lane-folded column partials (fold_column_lanes) over the block's
 // warps and then the cluster's blocks, in a fixed order; returns this
 // thread's P column totals. T is MaxSum<acc_t> (forward) or acc_t (backward).
@@ -192,19 +237,13 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
   }
   __syncthreads();
   if (cluster_size > 1 && arrive_pending) cluster_wait();
-  // A tile may be wider than the block (64 columns, 32 threads): stride.
-  for (int c = threadIdx.x; c < width; c += blockDim.x) {
-    T total = parts[0][c];
-    for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w) total = combine(total, parts[w][c]);
-    (cluster_size > 1 ? slot : totals)[c] = total;
-  }
+  const int warps = static_cast<int>(blockDim.x) / kWarpSize;
+  fold_column_sources<T>(width, warps, [&](int w, int c) { return parts[w][c]; },
+                         cluster_size > 1 ? slot : totals, combine);
   if (cluster_size > 1) {
     cluster_sync();
-    for (int c = threadIdx.x; c < width; c += blockDim.x) {
-      T total = cluster_load(slot, 0, c);
-      for (int r = 1; r < cluster_size; ++r) total = combine(total, cluster_load(slot, r, c));
-      totals[c] = total;
-    }
+    fold_column_sources<T>(width, cluster_size, [&](int r, int c) { return cluster_load(slot, r, c); }, totals,
+                           combine);
     cluster_arrive();
     arrive_pending = true;
   }
@@ -214,7 +253,10 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
   for (int p = 0; p < P; ++p) part[p] = totals[tx * P + p];
 }
 
-template <template <typename> class Epilogue, typename in_t, typename out_t, int P, int kAxisPerThread>
+// kOneWarp: the tile is one warp (no cluster), whose lane fold has the
+// column totals (a compile-time choice: the run-time test cost registers).
+template <template <typename> class Epilogue, typename in_t, typename out_t, int P, int kAxisPerThread,
+          bool kOneWarp>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_strided_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
                                    const StridedLayout<2> layout, const int columns,
@@ -236,14 +278,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < tiles.count; tile += tiles.step()) {
-    int64_t col_block;
-    const int64_t o = divmod(tile, tiles.col_blocks, col_block);
-    int64_t offset[2];
-    outer.row_offsets(o, offset);
-    const int64_t c0 = col_block * width + int64_t{tx} * P;
-    const int valid = strided_valid(layout.inner, c0, P);
-
-    const in_t* const src[1] = {walk.start(x + offset[0] + c0, outer, 0)};
+    const TileColumns<2> at(layout, tiles, tile, width, tx, P);
+    const int valid = at.valid;
+    const in_t* const src[1] = {walk.start(x + at.offset[0], outer, 0)};
     const int64_t pitch[1] = {walk.pitch[0]};
     acc_t frag[1][kAxisPerThread][P];
     load_column_fragments<out_t>(src, pitch, walk.count, valid, frag, neg_infinity<acc_t>());
@@ -274,19 +311,20 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       part[p] = {local_max[p], empty ? acc_t(0) : s};
     }
     fold_column_lanes(part, columns, [](const Part& a, const Part& b) { return Part{a.max, a.sum + b.sum}; });
-    reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, CombineMaxSum{});
     // The lane group's max is read back from `parts` rather than held in
     // registers through the reduction.
+    if constexpr (!kOneWarp)
+      reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, CombineMaxSum{});
     const Part* group_parts = warp_column_parts<Part, P>(parts, columns);
     Epi epilogue[P];
     acc_t scale[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       epilogue[p] = Epi(part[p].max, part[p].sum);
-      scale[p] = epilogue[p].scale_from(group_parts[p].max);
+      scale[p] = epilogue[p].scale_from(kOneWarp ? part[p].max : group_parts[p].max);
     }
 
-    out_t* const dst = walk.start(y + offset[1] + c0, outer, 1);
+    out_t* const dst = walk.start(y + at.offset[1], outer, 1);
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
@@ -320,15 +358,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < tiles.count; tile += tiles.step()) {
-    int64_t col_block;
-    const int64_t o = divmod(tile, tiles.col_blocks, col_block);
-    int64_t offset[3];
-    outer.row_offsets(o, offset);
-    const int64_t c0 = col_block * width + int64_t{tx} * P;
-    const int valid = strided_valid(layout.inner, c0, P);
-
-    const scalar_t* const src[2] = {walk.start(dy + offset[0] + c0, outer, 0),
-                                    walk.start(y + offset[1] + c0, outer, 1)};
+    const TileColumns<3> at(layout, tiles, tile, width, tx, P);
+    const int valid = at.valid;
+    const scalar_t* const src[2] = {walk.start(dy + at.offset[0], outer, 0), walk.start(y + at.offset[1], outer, 1)};
     const int64_t pitch[2] = {walk.pitch[0], walk.pitch[1]};
     acc_t frag[2][kAxisPerThread][P];
     load_column_fragments<scalar_t>(src, pitch, walk.count, valid, frag, acc_t(0));
@@ -342,12 +374,13 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
       for (int e = 0; e < kAxisPerThread; ++e) part[p] += Epi::reduce_term(g[e][p], v[e][p]);
     }
     fold_column_lanes(part, columns, Sum{});
-    reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, Sum{});
+    if (blockDim.x > kWarpSize || cluster_size > 1)  // a one-warp tile's lane fold has the totals
+      reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, Sum{});
     Epi epilogue[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p]);
 
-    scalar_t* const dst = walk.start(dx + offset[2] + c0, outer, 2);
+    scalar_t* const dst = walk.start(dx + at.offset[2], outer, 2);
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
