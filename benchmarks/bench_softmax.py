@@ -68,6 +68,8 @@ def gpu_cases(quick):
                   Case("short-row", (1 << 24, 16), -1, "f32")]
     cases += [Case("mid-axis", (32, 1024, 4096), 1, "f32"),
               Case("transposed", (8192, 8192), -1, "f32", transposed=True)]
+    if not quick:  # a short axis over channels, as in channels-first segmentation heads
+        cases.append(Case("channel-axis", (4096, 16, 4096), 1, "f32"))
     if not quick:
         cases.append(Case("vocab", (8192, 131072), -1, "bf16", ops=("log_softmax",)))
     return cases
@@ -258,7 +260,7 @@ def parse_args():
     parser.add_argument("--op", default=",".join(OPS), help="comma list of softmax, log_softmax")
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
-                        "(groups: last-axis, long-row, short-row, mid-axis, first-axis, transposed, vocab)")
+                        "(groups: last-axis, long-row, short-row, mid-axis, channel-axis, first-axis, transposed, vocab)")
     parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
                         "default: every available peer")
     parser.add_argument("--out", help="CSV path (default: benchmarks/results/<device-name>.csv)")
