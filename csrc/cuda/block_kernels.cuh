@@ -89,8 +89,8 @@ struct ClusterLaunch {
 // Readies `kernel` for a persistent launch of `config`'s shape (its cluster
 // attribute, block size and dynamic shared memory) on the current device,
 // setting the attributes that shape needs, and returns how many such
-// clusters the device runs at once. Both happen once per device, kernel and
-// shape, not on every launch.
+// clusters (blocks, for a cluster of one) the device runs at once. Both
+// happen once per device, kernel and shape, not on every launch.
 int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
