@@ -97,12 +97,12 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
       using E = decltype(epilogues);
       dispatch_strided_pack<in_t>(shape, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
+        const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
           launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
                                                            P, kPerThread / P, decltype(one_warp)::value>,
-                            tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
-                            static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), layout, shape.columns,
+                            tiled.tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
+                            static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), tiled, shape.columns,
                             shape.cluster_size);
         });
       });

@@ -17,11 +17,11 @@ void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
       using E = decltype(epilogues);
       dispatch_strided_pack<scalar_t>(shape, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
-        const int64_t tiles = layout.outer.rows * ceil_div(layout.inner, int64_t{shape.columns} * P);
+        const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         launch_row_blocks(softmax_strided_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, P, kPerThread / P>,
-                          tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
+                          tiled.tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
                           static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
-                          static_cast<scalar_t*>(b.out), layout, shape.columns, shape.cluster_size);
+                          static_cast<scalar_t*>(b.out), tiled, shape.columns, shape.cluster_size);
       });
     });
   });

@@ -46,11 +46,16 @@ void dispatch_strided_pack(const StridedShape& shape, F&& f) {
 }
 
 // Where column tiles start: the outer (non-axis, non-inner) dims of the
-// Problem, plus the inner run and the axis stride of each operand.
+// Problem, plus the inner run and the axis stride of each operand; and the
+// tile geometry's derived counts. A kernel reads these from its parameters
+// rather than holding them in registers, which the kernels have none spare of.
 template <int N>
 struct StridedLayout {
   RowIndexer<N> outer;  // rows = outer tiles; axis_size / axis_stride = the axis
   int64_t inner;        // contiguous columns
+  int64_t col_blocks;   // tiles across the inner run
+  int64_t tiles;        // outer.rows * col_blocks
+  int64_t pitch[N];     // elements between a thread's axis positions in operand f
 };
 
 template <int N>
@@ -61,10 +66,18 @@ inline StridedLayout<N> make_strided_layout(const Problem& p, const std::array<O
   return s;
 }
 
+// The layout for tiles of `columns` threads of P columns each, in blocks
+// of `threads` threads.
+template <int N>
+inline StridedLayout<N> with_tile_geometry(StridedLayout<N> s, int columns, int P, int threads) {
+  s.col_blocks = ceil_div(s.inner, int64_t{columns} * P);
+  s.tiles = s.outer.rows * s.col_blocks;
+  for (int f = 0; f < N; ++f) s.pitch[f] = int64_t{threads / columns} * s.outer.axis_stride[f];
+  return s;
+}
+
 // Per-tile loop shared by both directions.
 struct StridedTiles {
-  int64_t col_blocks;
-  int64_t count;
   int cluster_size;
   __device__ __forceinline__ int64_t start() const { return blockIdx.x / cluster_size; }
   __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
@@ -76,10 +89,10 @@ template <int N>
 struct TileColumns {
   int64_t offset[N];
   int valid;
-  __device__ __forceinline__ TileColumns(const StridedLayout<N>& layout, const StridedTiles& tiles, int64_t tile,
-                                         int64_t width, int tx, int P) {
+  __device__ __forceinline__ TileColumns(const StridedLayout<N>& layout, int64_t tile, int64_t width, int tx,
+                                         int P) {
     int64_t col_block;
-    const int64_t o = divmod(tile, tiles.col_blocks, col_block);
+    const int64_t o = divmod(tile, layout.col_blocks, col_block);
     layout.outer.row_offsets(o, offset);
     const int64_t c0 = col_block * width + int64_t{tx} * P;
 #pragma unroll
@@ -89,21 +102,18 @@ struct TileColumns {
 };
 
 // A thread's axis positions in every tile: first + e * rows_step for the
-// first `count` of e < kAxis (the others lie past the axis), pitch[f]
+// first `count` of e < kAxis (the others lie past the axis), layout.pitch[f]
 // elements apart in operand f. Block `rank` of a cluster holds the tile's
 // rank-th stretch of rows_step * kAxis positions.
 template <int kAxis, int N>
 struct StridedAxisWalk {
   int64_t first;
   int count;
-  int64_t pitch[N];
   __device__ __forceinline__ StridedAxisWalk(const RowIndexer<N>& outer, int rows_step, int ty) {
     first = cluster_rank() * int64_t{rows_step} * kAxis + ty;
     count = first >= outer.axis_size
                 ? 0
                 : static_cast<int>(std::min<int64_t>(kAxis, ceil_div(outer.axis_size - first, rows_step)));
-#pragma unroll
-    for (int f = 0; f < N; ++f) pitch[f] = int64_t{rows_step} * outer.axis_stride[f];
   }
   // Where operand f's positions start in a tile whose columns start at `base`.
   template <typename T>
@@ -273,15 +283,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 2> walk(outer, rows_step, ty);
-  const StridedTiles tiles{ceil_div(layout.inner, width), outer.rows * ceil_div(layout.inner, width),
-                           cluster_size};
+  const StridedTiles tiles{cluster_size};
   bool arrive_pending = false;
 
-  for (int64_t tile = tiles.start(); tile < tiles.count; tile += tiles.step()) {
-    const TileColumns<2> at(layout, tiles, tile, width, tx, P);
+  for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
+    const TileColumns<2> at(layout, tile, width, tx, P);
     const int valid = at.valid;
     const in_t* const src[1] = {walk.start(x + at.offset[0], outer, 0)};
-    const int64_t pitch[1] = {walk.pitch[0]};
+    const int64_t pitch[1] = {layout.pitch[0]};
     acc_t frag[1][kAxisPerThread][P];
     load_column_fragments<out_t>(src, pitch, walk.count, valid, frag, neg_infinity<acc_t>());
     auto& v = frag[0];
@@ -328,7 +337,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
-        store_columns<out_t, P>(dst + e * walk.pitch[1], valid, [&](int p) {
+        store_columns<out_t, P>(dst + e * layout.pitch[1], valid, [&](int p) {
           return Epi::kKeepsExp ? epilogue[p].finish(v[e][p], scale[p]) : epilogue[p](v[e][p]);
         });
     }
@@ -353,15 +362,14 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 3> walk(outer, rows_step, ty);
-  const StridedTiles tiles{ceil_div(layout.inner, width), outer.rows * ceil_div(layout.inner, width),
-                           cluster_size};
+  const StridedTiles tiles{cluster_size};
   bool arrive_pending = false;
 
-  for (int64_t tile = tiles.start(); tile < tiles.count; tile += tiles.step()) {
-    const TileColumns<3> at(layout, tiles, tile, width, tx, P);
+  for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
+    const TileColumns<3> at(layout, tile, width, tx, P);
     const int valid = at.valid;
     const scalar_t* const src[2] = {walk.start(dy + at.offset[0], outer, 0), walk.start(y + at.offset[1], outer, 1)};
-    const int64_t pitch[2] = {walk.pitch[0], walk.pitch[1]};
+    const int64_t pitch[2] = {layout.pitch[0], layout.pitch[1]};
     acc_t frag[2][kAxisPerThread][P];
     load_column_fragments<scalar_t>(src, pitch, walk.count, valid, frag, acc_t(0));
     auto& g = frag[0];
@@ -384,7 +392,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
-        store_columns<scalar_t, P>(dst + e * walk.pitch[2], valid,
+        store_columns<scalar_t, P>(dst + e * layout.pitch[2], valid,
                                    [&](int p) { return epilogue[p](g[e][p], v[e][p]); });
     }
   }
