@@ -179,6 +179,8 @@ constexpr int64_t split_apply_tile(bool double_acc, bool backward, int64_t eleme
 //   (32, 1024, 4096) dim 1 backward: 4 x 512 -> 2 x 1024 78.0 -> 84.0
 //     (log_softmax 75.6 -> 80.5)
 //   (8192, 8192).t() forward: 8 x 512 51.5, 4 x 1024 46.0
+// (With the kernels' spills gone, StridedLayout: 82.9 forward, 86.6
+// backward on (32, 1024, 4096); 57.8 forward on (8192, 8192).t().)
 // A copy of the same tiles, with no reduction, ran at 94% (128-byte tiles
 // over 1024 positions) and 78-89% ((8192, 8192).t(), 64- and 128-byte tiles):
 // the rest is the per-tile reduction and, across clusters, its barriers.
