@@ -186,11 +186,17 @@ def fits(case, direction, device):
     return need <= free, f"needs ~{need / GIB:.1f} GiB, {free / GIB:.1f} GiB free"
 
 
-def ext_kernel(op, direction, dim, x):
-    """The softmax_ext kernel the case runs on (its plan)."""
+def ext_kernel(op, direction, dim, inputs):
+    """The softmax_ext kernel the case runs on: the plan of x, or of y for the
+    backward, whose gradient takes y's layout. A dy in another layout is noted:
+    the plan cannot show it, and the CUDA op may first copy dy into y's layout."""
     import softmax_ext
 
-    return softmax_ext.plan(x, dim, kind=op, backward=direction == "backward").kernel
+    t = inputs[-1]
+    kernel = softmax_ext.plan(t, dim, kind=op, backward=direction == "backward").kernel
+    if direction == "backward" and inputs[0].stride() != t.stride():
+        kernel += " (dy in another layout)"
+    return kernel
 
 
 def run_case(case, op, direction, device, name, copy, impls):
@@ -219,7 +225,7 @@ def run_case(case, op, direction, device, name, copy, impls):
                          gbs=round(nbytes / ms / 1e6, 1) if ms else None,
                          pct_copy=round(100 * nbytes / ms / 1e6 / copy, 1) if ms else None,
                          speedup_vs_torch=None, status=status,
-                         kernel=ext_kernel(op, direction, case.dim, inputs[0]) if impl == "softmax_ext" else "",
+                         kernel=ext_kernel(op, direction, case.dim, inputs) if impl == "softmax_ext" else "",
                          note=note))
     base = next(r["ms"] for r in rows if r["impl"] == "torch")
     for r in rows:
