@@ -112,12 +112,6 @@ void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape
   C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
 }
 
-struct ClusterRowLoop {
-  int cluster_size;
-  __device__ __forceinline__ int64_t start() const { return blockIdx.x / cluster_size; }
-  __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
-};
-
 template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks, bool kPacked,
           bool kStaged>
 __global__ void __launch_bounds__(kMaxBlockThreads)

@@ -158,6 +158,15 @@ __device__ __forceinline__ T cluster_load(T* local, unsigned rank, int index) {
 #endif
 }
 
+// The grid-stride walk of clusters (of one block or more) over rows or
+// tiles: cluster blockIdx.x / cluster_size takes every (gridDim.x /
+// cluster_size)-th.
+struct ClusterRowLoop {
+  int cluster_size;
+  __device__ __forceinline__ int64_t start() const { return blockIdx.x / cluster_size; }
+  __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
+};
+
 __device__ __forceinline__ unsigned cluster_rank() {
 #ifdef SOFTMAX_EXT_HAS_CLUSTERS
   namespace cg = cooperative_groups;

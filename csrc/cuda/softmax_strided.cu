@@ -61,7 +61,6 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
     const int64_t rows_multiple = kWarpSize / s.columns;
     s.threads = static_cast<int>(ceil_div(rows_needed, rows_multiple) * rows_multiple * s.columns);
     s.cluster_size = 1;
-    s.persistent = strided_persistent(s.threads);
     return s;
   }
   // Clusters of up to kStridedWideClusterMax 1024-thread blocks, else of
@@ -70,7 +69,6 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
   if (wide_blocks <= std::min(kStridedWideClusterMax, max_cluster)) {
     s.threads = kMaxBlockThreads;
     s.cluster_size = static_cast<int>(wide_blocks);
-    s.persistent = strided_persistent(s.threads);
     return s;
   }
   for (int threads : {kClusterBlockThreads, kMaxBlockThreads}) {
@@ -78,7 +76,6 @@ StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_threa
     if (blocks <= max_cluster) {
       s.threads = threads;
       s.cluster_size = static_cast<int>(blocks);
-      s.persistent = strided_persistent(s.threads);
       return s;
     }
   }
@@ -101,7 +98,7 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
         dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
           launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
                                                            P, kPerThread / P, decltype(one_warp)::value>,
-                            tiled.tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
+                            tiled.tiles, shape.launch(),
                             static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), tiled, shape.columns,
                             shape.cluster_size);
         });

@@ -19,7 +19,7 @@ void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
         constexpr int P = decltype(pack)::value;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         launch_row_blocks(softmax_strided_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, P, kPerThread / P>,
-                          tiled.tiles, BlockShape{shape.threads, shape.cluster_size, 0, shape.persistent},
+                          tiled.tiles, shape.launch(),
                           static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
                           static_cast<scalar_t*>(b.out), tiled, shape.columns, shape.cluster_size);
       });

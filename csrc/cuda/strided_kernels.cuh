@@ -13,14 +13,16 @@
 // TY = blockDim.x / columns and rows_per_block = TY * kAxisPerThread.
 #pragma once
 
+#include "cuda/block_kernels.cuh"  // BlockShape, ClusterLaunch, launch_row_blocks
 #include "cuda/common.cuh"
 #include "cuda/fragment.cuh"
 #include "cuda/reduce.cuh"
 
 namespace softmax_ext::cuda {
 
-// Largest tile width in columns (64 bf16 columns, 128 bytes); a tile is at
-// most a warp wide in threads.
+// Largest width in columns of a tile that reduces through shared memory (64
+// bf16 columns, 128 bytes); a tile is at most a warp wide in threads. A
+// one-warp tile reduces by shuffles alone and may be wider (strided_shape).
 constexpr int kStridedMaxColumns = kStridedTileBytes / 2;
 
 // Host side (softmax_strided.cu): tile geometry and the tile layout.
@@ -29,7 +31,9 @@ struct StridedShape {
   int columns;       // threads across the tile (W / P), at most 32
   int threads;       // block size
   int cluster_size;  // blocks along the axis
-  bool persistent;   // a grid of as many blocks as run at once (config.h)
+  // The launch: blocks of more than 512 threads on a persistent grid
+  // (config.h, strided_persistent).
+  BlockShape launch() const { return {threads, cluster_size, 0, strided_persistent(threads)}; }
 };
 StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster);
 
@@ -75,13 +79,6 @@ inline StridedLayout<N> with_tile_geometry(StridedLayout<N> s, int columns, int 
   for (int f = 0; f < N; ++f) s.pitch[f] = int64_t{threads / columns} * s.outer.axis_stride[f];
   return s;
 }
-
-// Per-tile loop shared by both directions.
-struct StridedTiles {
-  int cluster_size;
-  __device__ __forceinline__ int64_t start() const { return blockIdx.x / cluster_size; }
-  __device__ __forceinline__ int64_t step() const { return gridDim.x / cluster_size; }
-};
 
 // Where thread tx's P columns of tile `tile` start in each operand (before
 // the axis walk's first position) and how many of them lie in the run.
@@ -283,7 +280,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 2> walk(outer, rows_step, ty);
-  const StridedTiles tiles{cluster_size};
+  const ClusterRowLoop tiles{cluster_size};
   bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
@@ -362,7 +359,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int rows_step = blockDim.x / columns;
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 3> walk(outer, rows_step, ty);
-  const StridedTiles tiles{cluster_size};
+  const ClusterRowLoop tiles{cluster_size};
   bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
