@@ -260,9 +260,10 @@ def test_inf_nan_spread_over_blocks(n, kind):
     # one-warp tiles (axis 3, 16, 19; the first two widened past 128 bytes),
     # one 1024-thread block, clusters of two
     # 1024-thread blocks (axis 2000 forward, 1024 backward) and of 512-thread
-    # blocks (axis 3000), tiles narrower than the inner run (96, 65, 9)
+    # blocks (axis 3000), tiles narrower than the inner run (96, 65, 9), an
+    # inner run of 24 bytes (16-bit packs of 8 bytes, not 16)
     [((32, 1024, 64), 1), ((4, 2000, 64), 1), ((8, 3000, 33), 1), ((64, 3, 300), 1), ((64, 16, 520), 1), ((16, 19, 1000), 1),
-     ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2)],
+     ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2), ((8, 300, 12), 1)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_strided_shapes(kind, shape, dim, dtype):
@@ -278,6 +279,49 @@ def test_strided_shapes(kind, shape, dim, dtype):
     dy, y = make_backward_inputs(name, shape, dim, dtype, "cuda")
     assert_close_verbose(ours(name)(dy, y, dim), reference_backward(name, dy, y, dim), msg=f"{name} {shape}",
                          **tolerances(name, dtype, shape[dim]))
+
+
+@pytest.mark.parametrize(
+    "shape,dim,order",
+    # dy stored in `order` (a permutation, outermost first), y contiguous or
+    # the reverse: the backward copies dy into y's layout through shared-memory
+    # tiles. Edges off the tile size, more tiles than the grid has blocks,
+    # batch dims between and around the two fastest dims.
+    [((300, 70), -1, (1, 0)), ((2000, 3000), -1, (1, 0)), ((2000, 3000), 0, (1, 0)),
+     ((3, 130, 67), 1, (2, 0, 1)), ((5, 67, 3, 129), -1, (1, 3, 0, 2)), ((2, 3, 2, 3, 2, 33, 65), 5, (6, 0, 1, 2, 3, 4, 5))],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
+def test_backward_dy_in_another_layout(shape, dim, order, dtype):
+    inverse = [order.index(d) for d in range(len(shape))]
+    for kind in KINDS:
+        name = kind + "_backward"
+        dy, y = make_backward_inputs(name, shape, dim, dtype, "cuda", seed=len(shape))
+        dy_p = dy.permute(*order).contiguous().permute(*inverse)
+        y_p = y.permute(*order).contiguous().permute(*inverse)
+        for dy_l, y_l, what in ((dy_p, y, "dy permuted"), (dy, y_p, "y permuted")):
+            assert torch.equal(dy_l, dy) and torch.equal(y_l, y)
+            out = ours(name)(dy_l, y_l, dim)
+            assert out.stride() == y_l.stride(), f"{name} {what}: dx takes y's layout"
+            assert_close_verbose(out, reference_backward(name, dy, y, dim), msg=f"{name} {shape} {what}",
+                                 **tolerances(name, dtype, shape[dim]))
+
+
+def test_graph_replay_dy_in_another_layout(sx):
+    """The copy of dy into y's layout is captured with the backward kernel."""
+    static_dy = make_input((700, 500), torch.float32, "cuda", seed=2).t()
+    static_y = sx.softmax(make_input((500, 700), torch.float32, "cuda", seed=1), -1)
+    sx.softmax_backward(static_dy, static_y, -1)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_dx = sx.softmax_backward(static_dy, static_y, -1)
+    for seed in (5, 6):
+        static_dy.copy_(make_input((500, 700), torch.float32, "cuda", seed=seed))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_close_verbose(static_dx, reference_backward("softmax_backward", static_dy, static_y, -1),
+                             msg="graph backward, dy transposed", **tolerances("softmax_backward", torch.float32, 700))
 
 
 @pytest.mark.parametrize("n", [64, 4096, 50000, 300000, 2000000])

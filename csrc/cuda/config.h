@@ -25,8 +25,9 @@ constexpr int pack_size(int64_t element_bytes) { return kVectorBytes / static_ca
 // floats (16 doubles) is the largest per-thread fragment with which the
 // f32/f16/bf16 warp, block and cluster kernels fit 64 registers per thread
 // (1024 threads per SM) without spilling (ptxas -v on sm_90; the f64
-// variants and the 16-bit strided forward kernels spill a few bytes); the backward
-// keeps dy and y, so half as many of each.
+// variants spill a few bytes); the backward keeps dy and y, so half as many
+// of each. The 16-bit cluster and strided forward kernels keep their
+// elements packed, two per register: twice as many.
 constexpr int kRegisterFloats = 32;
 constexpr int elems_per_thread(bool double_acc, bool backward) {
   return (double_acc ? kRegisterFloats / 2 : kRegisterFloats) / (backward ? 2 : 1);

@@ -10,6 +10,8 @@
 
 #include "plan/plan.h"
 
+#include <c10/util/ArrayRef.h>
+
 namespace softmax_ext::cuda {
 
 // KernelFamily::kCudaReference: one block per row, any strides and dtypes.
@@ -33,6 +35,14 @@ void split_backward(const Problem& problem, const Buffers& buffers, void* worksp
 // KernelFamily::kCudaStrided: the axis strided, a contiguous inner run.
 void strided_forward(const Problem& problem, const Buffers& buffers, int max_cluster);
 void strided_backward(const Problem& problem, const Buffers& buffers, int max_cluster);
+
+// Copies src into dst (one shape, `element_bytes` of 2, 4 or 8) when their
+// fastest dims differ, through shared-memory tiles so that both sides
+// coalesce; returns false, copying nothing, where the layouts are not of that
+// form (no dim of stride 1 on a side, the same one on both, or more than
+// eight dims of size > 1).
+bool copy_across_layouts(const void* src, void* dst, int64_t element_bytes, c10::IntArrayRef sizes,
+                         c10::IntArrayRef src_strides, c10::IntArrayRef dst_strides);
 
 // Device facts, cached per device: compute capability (major * 10 + minor),
 // and the largest thread-block cluster of 1024-thread blocks the kernels may

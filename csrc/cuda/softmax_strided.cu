@@ -10,11 +10,11 @@
 namespace softmax_ext::cuda {
 namespace {
 
-// Vector accesses need every column pack 16-byte aligned in every operand:
-// base pointers, the axis stride and the outer strides.
-bool strided_aligned(const Problem& p, const Buffers& b) {
+// Vector accesses of `pack` elements need every column pack aligned to
+// them (at most 16 bytes) in every operand: base pointers, the axis stride
+// and the outer strides.
+bool strided_aligned(const Problem& p, const Buffers& b, int64_t pack) {
   const void* bases[kNumOperands] = {b.in0, b.in1, b.out};
-  const int64_t pack = pack_size(c10::elementSize(p.in_dtype));
   for (int k : {kIn0, kIn1, kOut}) {
     if (k == kIn1 && !p.is_backward()) continue;
     const int64_t bytes = c10::elementSize(k == kOut ? p.out_dtype : p.in_dtype);
@@ -29,10 +29,11 @@ bool strided_aligned(const Problem& p, const Buffers& b) {
 
 }  // namespace
 
-StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster) {
+StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster, int vector) {
   const int64_t bytes = c10::elementSize(p.in_dtype);
   StridedShape s{};
-  s.pack = strided_aligned(p, b) ? pack_size(bytes) : 1;
+  if (vector == 0) vector = static_cast<int>(pack_size(bytes));
+  s.pack = strided_aligned(p, b, vector) ? vector : 1;
   int64_t width = strided_tile_columns(bytes);
   if (s.pack == 1) width = std::min<int64_t>(width, kWarpSize);
   width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), s.pack));
@@ -89,15 +90,21 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<out_t>, false);
-    const StridedShape shape = strided_shape(p, b, kPerThread, max_cluster);
+    // 16-bit inputs stay packed in 8-byte vectors: twice the elements per
+    // thread, half the columns of a 16-byte pack's (StridedFragment).
+    constexpr bool kPacked = is_reduced_float_v<in_t>;
+    constexpr int kVector = kPacked ? kPack<in_t> / 2 : kPack<in_t>;
+    StridedShape shape = strided_shape(p, b, kPerThread, max_cluster, kVector);
+    if (kPacked && shape.pack > 1) shape = strided_shape(p, b, 2 * kPerThread, max_cluster, kVector);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_strided_pack<in_t>(shape, [&](auto pack) {
+      dispatch_strided_pack<in_t, kVector>(shape, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
+        constexpr int kAxis = kPerThread * (kPacked && P > 1 ? 2 : 1) / P;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
           launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
-                                                           P, kPerThread / P, decltype(one_warp)::value>,
+                                                           P, kAxis, decltype(one_warp)::value>,
                             tiled.tiles, shape.launch(),
                             static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), tiled, shape.columns,
                             shape.cluster_size);

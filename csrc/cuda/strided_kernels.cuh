@@ -35,17 +35,20 @@ struct StridedShape {
   // (config.h, strided_persistent).
   BlockShape launch() const { return {threads, cluster_size, 0, strided_persistent(threads)}; }
 };
-StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster);
+// `vector`: the elements of one vector access where every operand is
+// aligned to it (0: a 16-byte vector).
+StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster,
+                           int vector = 0);
 
-// Launches a strided kernel with P = shape.pack (1 or the vector width):
-// f(std::integral_constant<int, P>{}) must launch.
-template <typename in_t, typename F>
+// Launches a strided kernel with P = shape.pack (1 or the vector width
+// kVector): f(std::integral_constant<int, P>{}) must launch.
+template <typename in_t, int kVector = kPack<in_t>, typename F>
 void dispatch_strided_pack(const StridedShape& shape, F&& f) {
   if (shape.pack == 1) {
     f(std::integral_constant<int, 1>{});
   } else {
-    TORCH_INTERNAL_ASSERT(shape.pack == kPack<in_t>, "softmax_ext: strided pack ", shape.pack);
-    f(std::integral_constant<int, kPack<in_t>>{});
+    TORCH_INTERNAL_ASSERT(shape.pack == kVector, "softmax_ext: strided pack ", shape.pack);
+    f(std::integral_constant<int, kVector>{});
   }
 }
 
@@ -167,6 +170,113 @@ __device__ __forceinline__ void load_column_fragments(const in_t* const (&src)[k
     }
 }
 
+// The forward's column fragment of a thread: kAxis positions by P columns,
+// read as accumulator values by at<kPass>(e, p). Unpacked: the values
+// widened at load; softmax keeps exp(x - m) in their place (exp_sum).
+template <typename in_t, typename out_t, int kAxis, int P, bool kPacked>
+struct StridedFragment {
+  using acc_t = acc_type<out_t>;
+  acc_t v[1][kAxis][P];
+
+  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid) {
+    const in_t* const s[1] = {src};
+    const int64_t pitches[1] = {pitch};
+    load_column_fragments<out_t>(s, pitches, count, valid, v, neg_infinity<acc_t>());
+  }
+  template <int kPass>
+  __device__ __forceinline__ acc_t at(int e, int p) const { return v[0][e][p]; }
+  __device__ __forceinline__ void column_max(acc_t (&m)[P]) const {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      m[p] = v[0][0][p];
+#pragma unroll
+      for (int e = 1; e < kAxis; ++e) m[p] = NanMax{}(m[p], v[0][e][p]);
+    }
+  }
+  // sum over e of exp(v - m) per column (0 where m is -inf, an empty column).
+  template <bool kKeepExp, typename Exp>
+  __device__ __forceinline__ void exp_sum(const acc_t (&m)[P], acc_t (&sum)[P]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const bool empty = m[p] == neg_infinity<acc_t>();
+      acc_t s = 0;
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e) {
+        const acc_t t = Exp::exp(v[0][e][p] - m[p]);
+        s += t;
+        if constexpr (kKeepExp) v[0][e][p] = empty ? acc_t(0) : t;
+      }
+      sum[p] = empty ? acc_t(0) : s;
+    }
+  }
+};
+
+// Packed (16-bit inputs, P = 4: 8-byte packs): the pairs as loaded, two per
+// register, widened where the maths reads them (fragment.cuh, widen_half):
+// twice the axis positions in the same registers, so a tile holds as many
+// bytes as in f32, with the per-column state of 4 columns, as in f32. No
+// room for the exps: the output takes them again.
+template <typename in_t, typename out_t, int kAxis, int P>
+struct StridedFragment<in_t, out_t, kAxis, P, true> {
+  static_assert(is_reduced_float_v<in_t> && P == 4, "packed columns are 8-byte packs of 16-bit values");
+  static constexpr int kWords = P / 2;
+  uint32_t w[kAxis][kWords];
+
+  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid) {
+    if (valid >= P && count >= kAxis) {
+      uint2 r[kAxis];
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e) r[e] = *reinterpret_cast<const uint2*>(src + e * pitch);
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e) set(e, r[e]);
+      return;
+    }
+    const uint32_t fill = in_t(neg_infinity<float>()).x;
+#pragma unroll
+    for (int e = 0; e < kAxis; ++e) {
+      const in_t* at = src + (e < count ? e * pitch : 0);
+      if (e < count && valid >= P) {
+        set(e, *reinterpret_cast<const uint2*>(at));
+      } else {
+#pragma unroll
+        for (int i = 0; i < kWords; ++i) {
+          const uint32_t lo = e < count && 2 * i < valid ? at[2 * i].x : fill;
+          const uint32_t hi = e < count && 2 * i + 1 < valid ? at[2 * i + 1].x : fill;
+          w[e][i] = lo | hi << 16;
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ void set(int e, const uint2& r) {
+    w[e][0] = r.x;
+    w[e][1] = r.y;
+  }
+  template <int kPass>
+  __device__ __forceinline__ float at(int e, int p) const { return widen_half<in_t, kPass>(w[e][p / 2], p); }
+  // The max is taken on the packed pairs: one widening per column.
+  __device__ __forceinline__ void column_max(float (&m)[P]) const {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) {
+      uint32_t mw = w[0][i];
+#pragma unroll
+      for (int e = 1; e < kAxis; ++e) mw = max2<in_t>(mw, w[e][i]);
+      m[2 * i] = widen_half<in_t, 0>(mw, 0);
+      m[2 * i + 1] = widen_half<in_t, 0>(mw, 1);
+    }
+  }
+  template <bool kKeepExp, typename Exp>
+  __device__ __forceinline__ void exp_sum(const float (&m)[P], float (&sum)[P]) const {
+    static_assert(!kKeepExp, "a packed fragment has no room for its exps");
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      float s = 0;
+#pragma unroll
+      for (int e = 0; e < kAxis; ++e) s += Exp::exp(at<0>(e, p) - m[p]);
+      sum[p] = m[p] == neg_infinity<float>() ? 0.0f : s;
+    }
+  }
+};
+
 template <typename out_t, int P, typename Value>
 __device__ __forceinline__ void store_columns(out_t* __restrict__ dst, int valid, Value&& value) {
   Pack<out_t, P> pk;
@@ -262,8 +372,9 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
 
 // kOneWarp: the tile is one warp (no cluster), whose lane fold has the
 // column totals (a compile-time choice: the run-time test cost registers).
+// 16-bit inputs in 8-byte packs stay packed (StridedFragment).
 template <template <typename> class Epilogue, typename in_t, typename out_t, int P, int kAxisPerThread,
-          bool kOneWarp>
+          bool kOneWarp, bool kPacked = is_reduced_float_v<in_t> && P == kPack<in_t> / 2>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_strided_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
                                    const StridedLayout<2> layout, const int columns,
@@ -286,36 +397,21 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
     const TileColumns<2> at(layout, tile, width, tx, P);
     const int valid = at.valid;
-    const in_t* const src[1] = {walk.start(x + at.offset[0], outer, 0)};
-    const int64_t pitch[1] = {layout.pitch[0]};
-    acc_t frag[1][kAxisPerThread][P];
-    load_column_fragments<out_t>(src, pitch, walk.count, valid, frag, neg_infinity<acc_t>());
-    auto& v = frag[0];
+    StridedFragment<in_t, out_t, kAxisPerThread, P, kPacked> v;
+    v.load(walk.start(x + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid);
     // As the block family: the lanes holding the same columns share a max
-    // m, softmax keeps exp(x - m) in place of x, and the output is that
-    // times exp(m - max) / sum: one exp per element.
+    // m; unpacked softmax keeps exp(x - m) in place of x, and the output is
+    // that times exp(m - max) / sum: one exp per element.
     using Epi = Epilogue<acc_t>;
+    constexpr bool kKeep = !kPacked && Epi::kKeepsExp;
     acc_t local_max[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      local_max[p] = v[0][p];
-#pragma unroll
-      for (int e = 1; e < kAxisPerThread; ++e) local_max[p] = NanMax{}(local_max[p], v[e][p]);
-    }
+    v.column_max(local_max);
     fold_column_lanes(local_max, columns, NanMax{});
+    acc_t local_sum[P];
+    v.template exp_sum<kKeep, typename Epi::Exp>(local_max, local_sum);
     Part part[P];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const bool empty = local_max[p] == neg_infinity<acc_t>();
-      acc_t s = 0;
-#pragma unroll
-      for (int e = 0; e < kAxisPerThread; ++e) {
-        const acc_t t = Epi::Exp::exp(v[e][p] - local_max[p]);
-        s += t;
-        if constexpr (Epi::kKeepsExp) v[e][p] = empty ? acc_t(0) : t;
-      }
-      part[p] = {local_max[p], empty ? acc_t(0) : s};
-    }
+    for (int p = 0; p < P; ++p) part[p] = {local_max[p], local_sum[p]};
     fold_column_lanes(part, columns, [](const Part& a, const Part& b) { return Part{a.max, a.sum + b.sum}; });
     // The lane group's max is read back from `parts` rather than held in
     // registers through the reduction.
@@ -335,7 +431,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
         store_columns<out_t, P>(dst + e * layout.pitch[1], valid, [&](int p) {
-          return Epi::kKeepsExp ? epilogue[p].finish(v[e][p], scale[p]) : epilogue[p](v[e][p]);
+          if constexpr (kKeep) return epilogue[p].finish(v.template at<1>(e, p), scale[p]);
+          else return epilogue[p](v.template at<1>(e, p));
         });
     }
   }
