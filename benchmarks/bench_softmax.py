@@ -70,6 +70,9 @@ def gpu_cases(quick):
               Case("transposed", (8192, 8192), -1, "f32", transposed=True)]
     if not quick:  # a short axis over channels, as in channels-first segmentation heads
         cases.append(Case("channel-axis", (4096, 16, 4096), 1, "f32"))
+        # the strided family in 16 bits
+        cases += [Case("mid-axis", (32, 1024, 4096), 1, "bf16"),
+                  Case("transposed", (8192, 8192), -1, "bf16", transposed=True)]
     if not quick:
         cases.append(Case("vocab", (8192, 131072), -1, "bf16", ops=("log_softmax",)))
     return cases

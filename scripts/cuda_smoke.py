@@ -28,6 +28,7 @@ def cases():
     yield rnd(1, 600001), -1        # split family (workspace)
     yield rnd(3000, 40), 0          # strided family across a cluster
     yield rnd(3, 33, 17), 1         # strided axis with an inner run
+    yield rnd(2, 300, 12), 1        # strided, 16-bit packs of 8 bytes
     yield rnd(40, 6).t(), -1        # transposed
     yield rnd(5, 64)[:, ::3], -1    # sliced
     yield rnd(4, 1).expand(4, 9), 1  # stride 0
@@ -52,6 +53,17 @@ def main():
                     if not err <= TOL[dtype] * max(1.0, want.abs().max().item()):
                         bad += 1
                         print(f"MISMATCH {kind} {dtype} {tuple(x.shape)} dim={dim}: {err:.3g}")
+    # grad_output in another layout than output: copied through shared-memory tiles
+    gen = torch.Generator().manual_seed(1)
+    for dtype in TOL:
+        y = softmax_ext.softmax(torch.randn(130, 70, generator=gen, dtype=torch.float64).to("cuda", dtype), -1)
+        dy = torch.randn(70, 130, generator=gen, dtype=torch.float64).to("cuda", dtype).t()
+        dx = softmax_ext.softmax_backward(dy, y, -1)
+        want = torch.ops.aten._softmax_backward_data(dy.double().cpu(), y.double().cpu(), -1, torch.float64)
+        err = (dx.double().cpu() - want).abs().max().item()
+        if not err <= TOL[dtype] * max(1.0, want.abs().max().item()):
+            bad += 1
+            print(f"MISMATCH softmax_backward {dtype} dy transposed: {err:.3g}")
     torch.cuda.synchronize()
     print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
     return 1 if bad else 0
