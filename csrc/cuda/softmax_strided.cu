@@ -8,32 +8,28 @@
 #include <c10/core/ScalarType.h>
 
 namespace softmax_ext::cuda {
-namespace {
 
-// Vector accesses of `pack` elements need every column pack aligned to
+// Vector accesses of `vector` elements need every column pack aligned to
 // them (at most 16 bytes) in every operand: base pointers, the axis stride
 // and the outer strides.
-bool strided_aligned(const Problem& p, const Buffers& b, int64_t pack) {
+int strided_pack(const Problem& p, const Buffers& b, int vector) {
   const void* bases[kNumOperands] = {b.in0, b.in1, b.out};
   for (int k : {kIn0, kIn1, kOut}) {
     if (k == kIn1 && !p.is_backward()) continue;
     const int64_t bytes = c10::elementSize(k == kOut ? p.out_dtype : p.in_dtype);
-    const int64_t align = std::min<int64_t>(kVectorBytes, pack * bytes);
-    if (reinterpret_cast<uintptr_t>(bases[k]) % align != 0) return false;
-    if (p.axis_stride[k] * bytes % align != 0) return false;
+    const int64_t align = std::min<int64_t>(kVectorBytes, vector * bytes);
+    if (reinterpret_cast<uintptr_t>(bases[k]) % align != 0) return 1;
+    if (p.axis_stride[k] * bytes % align != 0) return 1;
     for (int d = 0; d + 1 < p.batch_rank; ++d)
-      if (p.batch_stride[k][d] * bytes % align != 0) return false;
+      if (p.batch_stride[k][d] * bytes % align != 0) return 1;
   }
-  return true;
+  return vector;
 }
 
-}  // namespace
-
-StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster, int vector) {
+StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster) {
   const int64_t bytes = c10::elementSize(p.in_dtype);
   StridedShape s{};
-  if (vector == 0) vector = static_cast<int>(pack_size(bytes));
-  s.pack = strided_aligned(p, b, vector) ? vector : 1;
+  s.pack = pack;
   int64_t width = strided_tile_columns(bytes);
   if (s.pack == 1) width = std::min<int64_t>(width, kWarpSize);
   width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), s.pack));
@@ -94,17 +90,18 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
     // thread, half the columns of a 16-byte pack's (StridedFragment).
     constexpr bool kPacked = is_reduced_float_v<in_t>;
     constexpr int kVector = kPacked ? kPack<in_t> / 2 : kPack<in_t>;
-    StridedShape shape = strided_shape(p, b, kPerThread, max_cluster, kVector);
-    if (kPacked && shape.pack > 1) shape = strided_shape(p, b, 2 * kPerThread, max_cluster, kVector);
+    const int pack = strided_pack(p, b, kVector);
+    const StridedShape shape = strided_shape(p, pack, kPacked && pack > 1 ? 2 * kPerThread : kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_strided_pack<in_t, kVector>(shape, [&](auto pack) {
-        constexpr int P = decltype(pack)::value;
-        constexpr int kAxis = kPerThread * (kPacked && P > 1 ? 2 : 1) / P;
+      dispatch_strided_pack<in_t, kVector>(shape, [&](auto vector) {
+        constexpr int P = decltype(vector)::value;
+        constexpr bool kPackedP = kPacked && P > 1;
+        constexpr int kAxis = kPerThread * (kPackedP ? 2 : 1) / P;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
           launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
-                                                           P, kAxis, decltype(one_warp)::value>,
+                                                           P, kAxis, decltype(one_warp)::value, kPackedP>,
                             tiled.tiles, shape.launch(),
                             static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), tiled, shape.columns,
                             shape.cluster_size);

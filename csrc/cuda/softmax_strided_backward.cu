@@ -12,7 +12,7 @@ void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.strided_backward", [&](auto tag) {
     using scalar_t = typename decltype(tag)::type;
     constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<scalar_t>, true);
-    const StridedShape shape = strided_shape(p, b, kPerThread, max_cluster);
+    const StridedShape shape = strided_shape(p, strided_pack(p, b, kPack<scalar_t>), kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_strided_pack<scalar_t>(shape, [&](auto pack) {

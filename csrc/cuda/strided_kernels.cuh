@@ -35,10 +35,11 @@ struct StridedShape {
   // (config.h, strided_persistent).
   BlockShape launch() const { return {threads, cluster_size, 0, strided_persistent(threads)}; }
 };
-// `vector`: the elements of one vector access where every operand is
-// aligned to it (0: a 16-byte vector).
-StridedShape strided_shape(const Problem& p, const Buffers& b, int64_t per_thread, int max_cluster,
-                           int vector = 0);
+// The elements P of a thread's vector accesses: `vector` where every operand
+// is aligned to it, else 1.
+int strided_pack(const Problem& p, const Buffers& b, int vector);
+// The tile for accesses of `pack` elements and `per_thread` elements a thread.
+StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster);
 
 // Launches a strided kernel with P = shape.pack (1 or the vector width
 // kVector): f(std::integral_constant<int, P>{}) must launch.
@@ -372,9 +373,9 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
 
 // kOneWarp: the tile is one warp (no cluster), whose lane fold has the
 // column totals (a compile-time choice: the run-time test cost registers).
-// 16-bit inputs in 8-byte packs stay packed (StridedFragment).
+// kPacked: 16-bit inputs in 8-byte packs stay packed (StridedFragment).
 template <template <typename> class Epilogue, typename in_t, typename out_t, int P, int kAxisPerThread,
-          bool kOneWarp, bool kPacked = is_reduced_float_v<in_t> && P == kPack<in_t> / 2>
+          bool kOneWarp, bool kPacked>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_strided_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
                                    const StridedLayout<2> layout, const int columns,
