@@ -337,7 +337,8 @@ __device__ __forceinline__ float widen_half(uint32_t word, int e) {
   return out;
 }
 
-// The NaN-propagating max of the two 16-bit pairs in a and b, pairwise (sm_80+).
+// The NaN-propagating max of the two 16-bit pairs in a and b, pairwise
+// (sm_80+, as the whole build: setup.py).
 template <typename in_t>
 __device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
   uint32_t r;
@@ -367,21 +368,12 @@ struct Fragment<in_t, out_t, kPacks, true> {
   __device__ __forceinline__ float at(int k, int e) const { return widen_half<in_t, kPass>(w[k][e / 2], e); }
 
   __device__ __forceinline__ float max() const {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     uint32_t m = w[0][0];
 #pragma unroll
     for (int k = 0; k < kPacks; ++k)
 #pragma unroll
       for (int i = 0; i < kWords; ++i) m = max2<in_t>(m, w[k][i]);
     return NanMax{}(widen_half<in_t, 0>(m, 0), widen_half<in_t, 0>(m, 1));
-#else
-    float m = neg_infinity<float>();
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-      for (int e = 0; e < P; ++e) m = NanMax{}(m, at<0>(k, e));
-    return m;
-#endif
   }
   // sum(exp(x - max)), as fragment_exp_sum; nothing is kept (no room).
   template <bool kKeepExp, typename Exp>
