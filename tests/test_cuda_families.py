@@ -261,9 +261,13 @@ def test_inf_nan_spread_over_blocks(n, kind):
     # one 1024-thread block, clusters of two
     # 1024-thread blocks (axis 2000 forward, 1024 backward) and of 512-thread
     # blocks (axis 3000), tiles narrower than the inner run (96, 65, 9), an
-    # inner run of 24 bytes (16-bit packs of 8 bytes, not 16)
+    # inner run of 24 bytes (16-bit packs of 8 bytes, not 16), clusters
+    # that exchange column totals over many tiles (a persistent grid of
+    # 2 x 1024 threads, f32 forward on axis 3000, backward on 1500: both
+    # barrier phases, both slot sets), an axis of 9000 (clusters of
+    # 512-thread blocks on narrowed tiles)
     [((32, 1024, 64), 1), ((4, 2000, 64), 1), ((8, 3000, 33), 1), ((64, 3, 300), 1), ((64, 16, 520), 1), ((16, 19, 1000), 1),
-     ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2), ((8, 300, 12), 1)],
+     ((4096, 96), 0), ((64, 65), 0), ((2, 5, 7, 9), 2), ((8, 300, 12), 1), ((300, 3000, 16), 1), ((300, 1500, 16), 1), ((2, 9000, 40), 1)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_strided_shapes(kind, shape, dim, dtype):

@@ -93,14 +93,19 @@ struct ClusterLaunch {
 // happen once per device, kernel and shape, not on every launch.
 int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 
+// Dynamic shared memory a kernel takes without opting in to more
+// (cudaFuncAttributeMaxDynamicSharedMemorySize, which persistent launches
+// set).
+constexpr int64_t kDefaultSharedBytes = 48 * 1024;
+
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
 // shape.cluster_size blocks when that is above 1, with shape.smem_bytes of
 // dynamic shared memory, and checks the launch.
 template <typename... Params, typename... Args>
 void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape, Args&&... args) {
   const int c = shape.cluster_size;
-  TORCH_INTERNAL_ASSERT(shape.smem_bytes == 0 || shape.persistent,
-                        "softmax_ext: dynamic shared memory is set up by persistent launches");
+  TORCH_INTERNAL_ASSERT(shape.smem_bytes <= kDefaultSharedBytes || shape.persistent,
+                        "softmax_ext: dynamic shared memory beyond the default is set up by persistent launches");
   ClusterLaunch launch(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c, shape.threads, c,
                        c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(shape.smem_bytes));
   if (shape.persistent) {  // config.h, stages_rows

@@ -185,6 +185,10 @@ constexpr int64_t split_apply_tile(bool double_acc, bool backward, int64_t eleme
 // A copy of the same tiles, with no reduction, ran at 94% (128-byte tiles
 // over 1024 positions) and 78-89% ((8192, 8192).t(), 64- and 128-byte tiles):
 // the rest is the per-tile reduction and, across clusters, its barriers.
+// Clusters push their column totals to each other (reduce.cuh, the
+// exchange) rather than meet at a cluster barrier and read their peers':
+// (32, 1024, 4096) backward (2 x 1024) 86.6 -> 91.1, (8192, 8192).t()
+// forward 57.8 -> 59.8, backward 55.5 -> 59.5.
 constexpr int kStridedWideClusterMax = 2;
 // Blocks of more than 512 threads have an SM each: between one finishing and
 // the next being placed the SM idles, so they run on a persistent grid, each

@@ -26,7 +26,8 @@ int strided_pack(const Problem& p, const Buffers& b, int vector) {
   return vector;
 }
 
-StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster) {
+// The tile (strided_shape, which checks it).
+static StridedShape strided_tile(const Problem& p, int pack, int64_t per_thread, int max_cluster) {
   const int64_t bytes = c10::elementSize(p.in_dtype);
   StridedShape s{};
   s.pack = pack;
@@ -80,29 +81,34 @@ StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int m
   return s;
 }
 
+StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster) {
+  const StridedShape s = strided_tile(p, pack, per_thread, max_cluster);
+  // reduce_columns pushes a block's column totals with one thread each.
+  TORCH_INTERNAL_ASSERT(s.cluster_size == 1 || int64_t{s.cluster_size} * s.columns * s.pack <= s.threads,
+                        "softmax_ext cuda.strided: a cluster of ", s.cluster_size, " tiles ", s.columns * s.pack,
+                        " wide in blocks of ", s.threads);
+  return s;
+}
+
 void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
   const auto layout = make_strided_layout<2>(p, {kIn0, kOut});
   dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.strided", [&](auto in_tag, auto out_tag) {
     using in_t = typename decltype(in_tag)::type;
     using out_t = typename decltype(out_tag)::type;
     constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<out_t>, false);
-    // 16-bit inputs stay packed in 8-byte vectors: twice the elements per
-    // thread, half the columns of a 16-byte pack's (StridedFragment).
-    constexpr bool kPacked = is_reduced_float_v<in_t>;
-    constexpr int kVector = kPacked ? kPack<in_t> / 2 : kPack<in_t>;
-    const int pack = strided_pack(p, b, kVector);
-    const StridedShape shape = strided_shape(p, pack, kPacked && pack > 1 ? 2 * kPerThread : kPerThread, max_cluster);
+    using Packing = StridedPacking<in_t>;
+    const StridedShape shape = strided_launch_shape<in_t>(p, b, kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_strided_pack<in_t, kVector>(shape, [&](auto vector) {
+      dispatch_strided_pack<in_t>(shape, [&](auto vector) {
         constexpr int P = decltype(vector)::value;
-        constexpr bool kPackedP = kPacked && P > 1;
-        constexpr int kAxis = kPerThread * (kPackedP ? 2 : 1) / P;
+        constexpr int kAxis = Packing::elements(kPerThread, P) / P;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
         dispatch_bool(shape.threads == kWarpSize && shape.cluster_size == 1, [&](auto one_warp) {
           launch_row_blocks(softmax_strided_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
-                                                           P, kAxis, decltype(one_warp)::value, kPackedP>,
-                            tiled.tiles, shape.launch(),
+                                                           P, kAxis, decltype(one_warp)::value,
+                                                           Packing::packed(P)>,
+                            tiled.tiles, shape.launch(sizeof(in_t), sizeof(MaxSum<acc_type<out_t>>)),
                             static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out), tiled, shape.columns,
                             shape.cluster_size);
         });

@@ -20,10 +20,30 @@
 
 namespace softmax_ext::cuda {
 
-// Largest width in columns of a tile that reduces through shared memory (64
-// bf16 columns, 128 bytes); a tile is at most a warp wide in threads. A
-// one-warp tile reduces by shuffles alone and may be wider (strided_shape).
-constexpr int kStridedMaxColumns = kStridedTileBytes / 2;
+// Largest width in columns of a tile of in_t that reduces through shared
+// memory (128 bytes); a tile is at most a warp wide in threads. A one-warp
+// tile reduces by shuffles alone and may be wider (strided_shape).
+constexpr int strided_max_columns(int64_t element_bytes) {
+  return kStridedTileBytes / static_cast<int>(element_bytes);
+}
+
+// Dynamic shared memory of a strided launch (reduce_columns), whose tiles
+// are at most `pitch` columns wide (strided_max_columns), in blocks of
+// `threads` threads: each warp's partials and the column totals,
+// `value_bytes` each, then in a cluster the exchange's barriers and two
+// slot sets of `width` per block. A one-warp tile reduces by shuffles
+// alone. Sized to the launch, so small blocks of short axes keep their
+// occupancy (a static size for the widest tile and largest cluster,
+// 17-33 KB, held bf16 blocks of one warp to 6 per SM: 45% of the copy
+// bandwidth on (4096, 16, 4096) dim 1 forward, against 89%).
+constexpr int64_t kExchangeBarrierBytes = 16;
+constexpr int64_t strided_reduction_bytes(int64_t value_bytes, int threads, int pitch, int width,
+                                          int cluster_size) {
+  if (threads <= kWarpSize && cluster_size == 1) return 0;
+  const int64_t exchange =
+      cluster_size > 1 ? kExchangeBarrierBytes + 2 * int64_t{cluster_size} * width * value_bytes : 0;
+  return (int64_t{threads / kWarpSize} + 1) * pitch * value_bytes + exchange;
+}
 
 // Host side (softmax_strided.cu): tile geometry and the tile layout.
 struct StridedShape {
@@ -31,9 +51,15 @@ struct StridedShape {
   int columns;       // threads across the tile (W / P), at most 32
   int threads;       // block size
   int cluster_size;  // blocks along the axis
-  // The launch: blocks of more than 512 threads on a persistent grid
-  // (config.h, strided_persistent).
-  BlockShape launch() const { return {threads, cluster_size, 0, strided_persistent(threads)}; }
+  // The launch of a kernel on elements of `element_bytes` whose reduction
+  // keeps values of `value_bytes`: blocks of more than 512 threads on a
+  // persistent grid (config.h, strided_persistent).
+  BlockShape launch(int64_t element_bytes, int64_t value_bytes) const {
+    const int pitch = strided_max_columns(element_bytes);
+    return {threads, cluster_size,
+            strided_reduction_bytes(value_bytes, threads, pitch, columns * pack, cluster_size),
+            strided_persistent(threads)};
+  }
 };
 // The elements P of a thread's vector accesses: `vector` where every operand
 // is aligned to it, else 1.
@@ -41,10 +67,37 @@ int strided_pack(const Problem& p, const Buffers& b, int vector);
 // The tile for accesses of `pack` elements and `per_thread` elements a thread.
 StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster);
 
-// Launches a strided kernel with P = shape.pack (1 or the vector width
-// kVector): f(std::integral_constant<int, P>{}) must launch.
-template <typename in_t, int kVector = kPack<in_t>, typename F>
+// 16-bit operands stay packed in 8-byte vectors where aligned
+// (StridedFragment): two values a register, so a thread holds twice the
+// elements, in packs of half a 16-byte vector's columns. On H200 this beat
+// 16-byte vectors widened at the load on every axis measured (16 to 8192),
+// forward and backward; e.g. % of the copy bandwidth, bf16 backward over
+// dim 1 of (4096, 16, 4096) 75.5 -> 87.4, (1024, 64, 4096) 68.3 -> 101.9,
+// (32, 21, 262144) 54.7 -> 79.2.
+template <typename in_t>
+struct StridedPacking {
+  static constexpr int kVector = is_reduced_float_v<in_t> ? kPack<in_t> / 2 : kPack<in_t>;
+  // Whether accesses of P elements (1 or kVector) keep the values packed.
+  static constexpr bool packed(int P) { return is_reduced_float_v<in_t> && P > 1; }
+  // Elements a thread holds, `per_thread` being its accumulator values.
+  static constexpr int elements(int per_thread, int P) { return per_thread * (packed(P) ? 2 : 1); }
+};
+
+// The tile of a strided launch of in_t operands with `per_thread`
+// accumulator values a thread: the pack their alignment allows, and the
+// elements a thread holds with it.
+template <typename in_t>
+StridedShape strided_launch_shape(const Problem& p, const Buffers& b, int per_thread, int max_cluster) {
+  using Packing = StridedPacking<in_t>;
+  const int pack = strided_pack(p, b, Packing::kVector);
+  return strided_shape(p, pack, Packing::elements(per_thread, pack), max_cluster);
+}
+
+// Launches a strided kernel with P = shape.pack (1 or the vector width):
+// f(std::integral_constant<int, P>{}) must launch.
+template <typename in_t, typename F>
 void dispatch_strided_pack(const StridedShape& shape, F&& f) {
+  constexpr int kVector = StridedPacking<in_t>::kVector;
   if (shape.pack == 1) {
     f(std::integral_constant<int, 1>{});
   } else {
@@ -179,10 +232,10 @@ struct StridedFragment {
   using acc_t = acc_type<out_t>;
   acc_t v[1][kAxis][P];
 
-  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid) {
+  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid, acc_t fill) {
     const in_t* const s[1] = {src};
     const int64_t pitches[1] = {pitch};
-    load_column_fragments<out_t>(s, pitches, count, valid, v, neg_infinity<acc_t>());
+    load_column_fragments<out_t>(s, pitches, count, valid, v, fill);
   }
   template <int kPass>
   __device__ __forceinline__ acc_t at(int e, int p) const { return v[0][e][p]; }
@@ -216,14 +269,14 @@ struct StridedFragment {
 // register, widened where the maths reads them (fragment.cuh, widen_half):
 // twice the axis positions in the same registers, so a tile holds as many
 // bytes as in f32, with the per-column state of 4 columns, as in f32. No
-// room for the exps: the output takes them again.
+// room for the forward's exps: the output takes them again.
 template <typename in_t, typename out_t, int kAxis, int P>
 struct StridedFragment<in_t, out_t, kAxis, P, true> {
   static_assert(is_reduced_float_v<in_t> && P == 4, "packed columns are 8-byte packs of 16-bit values");
   static constexpr int kWords = P / 2;
   uint32_t w[kAxis][kWords];
 
-  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid) {
+  __device__ __forceinline__ void load(const in_t* src, int64_t pitch, int count, int valid, float fill_value) {
     if (valid >= P && count >= kAxis) {
       uint2 r[kAxis];
 #pragma unroll
@@ -232,7 +285,7 @@ struct StridedFragment<in_t, out_t, kAxis, P, true> {
       for (int e = 0; e < kAxis; ++e) set(e, r[e]);
       return;
     }
-    const uint32_t fill = in_t(neg_infinity<float>()).x;
+    const uint32_t fill = in_t(fill_value).x;
 #pragma unroll
     for (int e = 0; e < kAxis; ++e) {
       const in_t* at = src + (e < count ? e * pitch : 0);
@@ -302,11 +355,36 @@ __device__ __forceinline__ void fold_column_lanes(T (&part)[P], int columns, Com
     for (int p = 0; p < P; ++p) part[p] = combine(part[p], shfl_xor(part[p], offset));
 }
 
+// The shared memory of reduce_columns for tiles of in_t (at most kPitch
+// columns wide), laid out as strided_reduction_bytes counts it: the
+// lane-folded partials of each warp, parts(warp)[column], then the column
+// totals, then the cluster exchange (an exchange X of reduce.cuh: barriers,
+// then slots [2][cluster_size][width]). Addresses are derived from the
+// launch's constants where used, not held in registers.
+template <typename T, int kPitch>
+struct ColumnReduction {
+  using value_type = T;
+  int width;
+  int cluster_size;
+  __device__ __forceinline__ static char* base() {
+    extern __shared__ uint4 reduction_shared[];
+    return reinterpret_cast<char*>(reduction_shared);
+  }
+  __device__ __forceinline__ T* parts(int warp) const { return reinterpret_cast<T*>(base()) + warp * kPitch; }
+  __device__ __forceinline__ T* totals() const { return parts(blockDim.x / kWarpSize); }
+  __device__ __forceinline__ uint64_t* full(int set) const {
+    return reinterpret_cast<uint64_t*>(parts(blockDim.x / kWarpSize + 1)) + set;
+  }
+  __device__ __forceinline__ T* slot(int set, unsigned rank, int index) const {
+    return reinterpret_cast<T*>(full(0) + 2) + (set * cluster_size + rank) * width + index;
+  }
+};
+
 // Where reduce_columns keeps the lane-folded partials of this thread's warp
-// (a tile is at most a warp wide): parts[warp][column], until the next call.
-template <typename T, int P>
-__device__ __forceinline__ T* warp_column_parts(T (*parts)[kStridedMaxColumns], int columns) {
-  return parts[threadIdx.x / kWarpSize] + threadIdx.x % columns * P;
+// (a tile is at most a warp wide), until the next call.
+template <typename T, int P, int kPitch>
+__device__ __forceinline__ T* warp_column_parts(const ColumnReduction<T, kPitch>& r, int columns) {
+  return r.parts(threadIdx.x / kWarpSize) + threadIdx.x % columns * P;
 }
 
 // Lanes that fold one column's `sources` partials together in reduce_columns:
@@ -318,14 +396,15 @@ __device__ __forceinline__ int column_group_lanes(int width, int sources) {
   return g;
 }
 
-// totals[c] for c < width: source(k, c) folded over k < sources, by groups of
-// lanes (column_group_lanes): lane j of a column's group folds sources j,
-// j + g, ..., then the g lanes fold by shuffles. The order is fixed
-// (deterministic) and short: log2(g) + sources / g steps, where one thread
-// per column took `sources` dependent steps (each with two exps for the
-// forward's MaxSum). Every thread of the block must call it.
-template <typename T, typename Source, typename Combine>
-__device__ __forceinline__ void fold_column_sources(int width, int sources, Source source, T* totals,
+// sink(c, total) for c < width, total = source(k, c) folded over k <
+// sources, by groups of lanes (column_group_lanes): lane j of a column's
+// group folds sources j, j + g, ..., then the g lanes fold by shuffles; lane
+// 0 of the group passes the total on. The order is fixed (deterministic) and
+// short: log2(g) + sources / g steps, where one thread per column took
+// `sources` dependent steps (each with two exps for the forward's MaxSum).
+// Every thread of the block must call it.
+template <typename T, typename Source, typename Sink, typename Combine>
+__device__ __forceinline__ void fold_column_sources(int width, int sources, Source source, Sink sink,
                                                     Combine combine) {
   const int g = column_group_lanes(width, sources);
   const int j = static_cast<int>(threadIdx.x) % g;
@@ -336,39 +415,48 @@ __device__ __forceinline__ void fold_column_sources(int width, int sources, Sour
     T total = source(j, column);
     for (int k = j + g; k < sources; k += g) total = combine(total, source(k, column));
     for (int offset = 1; offset < g; offset *= 2) total = combine(total, shfl_xor(total, offset));
-    if (j == 0 && c < width) totals[c] = total;
+    if (j == 0 && c < width) sink(c, total);
   }
 }
 
 // Folds the lane-folded column partials (fold_column_lanes) over the block's
 // warps and then the cluster's blocks, in a fixed order; returns this
 // thread's P column totals. T is MaxSum<acc_t> (forward) or acc_t (backward).
-template <typename T, int P, typename Combine>
-__device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size,
-                                               bool& arrive_pending, T (*parts)[kStridedMaxColumns],
-                                               T* slot, T* totals, Combine combine) {
+// In a cluster, the lane that folds a column's block total pushes it to
+// every block (cluster_exchange_push), and each block folds the totals it
+// received: `round` counts the exchanges (reduce.cuh).
+template <typename T, int P, int kPitch, typename Combine>
+__device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size, unsigned& round,
+                                               ColumnReduction<T, kPitch>& r, Combine combine) {
   const int width = columns * P;
   if (static_cast<int>(threadIdx.x % kWarpSize) < columns) {
-    T* mine = warp_column_parts<T, P>(parts, columns);
+    T* mine = warp_column_parts<T, P>(r, columns);
 #pragma unroll
     for (int p = 0; p < P; ++p) mine[p] = part[p];
   }
   __syncthreads();
-  if (cluster_size > 1 && arrive_pending) cluster_wait();
   const int warps = static_cast<int>(blockDim.x) / kWarpSize;
-  fold_column_sources<T>(width, warps, [&](int w, int c) { return parts[w][c]; },
-                         cluster_size > 1 ? slot : totals, combine);
+  const auto warp_part = [&](int w, int c) { return r.parts(w)[c]; };
+  const auto to_totals = [&](int c, const T& total) { r.totals()[c] = total; };
+  fold_column_sources<T>(width, warps, warp_part, to_totals, combine);
   if (cluster_size > 1) {
-    cluster_sync();
-    fold_column_sources<T>(width, cluster_size, [&](int r, int c) { return cluster_load(slot, r, c); }, totals,
-                           combine);
-    cluster_arrive();
-    arrive_pending = true;
+    const ExchangeRound x(round++);
+    cluster_exchange_open(r, x, cluster_size * width);
+    __syncthreads();
+    // A thread a push: cluster_size * width <= blockDim.x (strided_shape), and
+    // both are powers of two.
+    const int c = threadIdx.x & (width - 1);
+    if (static_cast<int>(threadIdx.x) < cluster_size * width)
+      cluster_exchange_push(r, x, threadIdx.x >> __popc(width - 1), c, r.totals()[c]);
+    cluster_exchange_wait(r, x);
+    __syncthreads();  // the block's totals are read before they are overwritten
+    fold_column_sources<T>(width, cluster_size, [&](int k, int c) { return *r.slot(x.set, k, c); },
+                           to_totals, combine);
   }
   __syncthreads();
   const int tx = threadIdx.x % columns;
 #pragma unroll
-  for (int p = 0; p < P; ++p) part[p] = totals[tx * P + p];
+  for (int p = 0; p < P; ++p) part[p] = r.totals()[tx * P + p];
 }
 
 // kOneWarp: the tile is one warp (no cluster), whose lane fold has the
@@ -382,9 +470,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                    const int cluster_size) {
   using acc_t = acc_type<out_t>;
   using Part = MaxSum<acc_t>;
-  __shared__ Part parts[kWarpSize][kStridedMaxColumns];
-  __shared__ Part slot[kStridedMaxColumns];
-  __shared__ Part totals[kStridedMaxColumns];
+  ColumnReduction<Part, strided_max_columns(sizeof(in_t))> reduction{columns * P, cluster_size};
+  if (cluster_size > 1) cluster_exchange_init(reduction);
+  unsigned round = 0;
 
   const RowIndexer<2>& outer = layout.outer;
   const int tx = threadIdx.x % columns;
@@ -393,13 +481,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 2> walk(outer, rows_step, ty);
   const ClusterRowLoop tiles{cluster_size};
-  bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
     const TileColumns<2> at(layout, tile, width, tx, P);
     const int valid = at.valid;
     StridedFragment<in_t, out_t, kAxisPerThread, P, kPacked> v;
-    v.load(walk.start(x + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid);
+    v.load(walk.start(x + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid, neg_infinity<acc_t>());
     // As the block family: the lanes holding the same columns share a max
     // m; unpacked softmax keeps exp(x - m) in place of x, and the output is
     // that times exp(m - max) / sum: one exp per element.
@@ -417,8 +504,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     // The lane group's max is read back from `parts` rather than held in
     // registers through the reduction.
     if constexpr (!kOneWarp)
-      reduce_columns<Part, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, CombineMaxSum{});
-    const Part* group_parts = warp_column_parts<Part, P>(parts, columns);
+      reduce_columns<Part, P>(part, columns, cluster_size, round, reduction, CombineMaxSum{});
+    const Part* group_parts = warp_column_parts<Part, P>(reduction, columns);
     Epi epilogue[P];
     acc_t scale[P];
 #pragma unroll
@@ -437,19 +524,20 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
         });
     }
   }
-  if (arrive_pending) cluster_wait();
+  if (cluster_size > 1) cluster_exchange_exit(round);
 }
 
-template <template <typename> class Epilogue, typename scalar_t, int P, int kAxisPerThread>
+// kPacked: 16-bit dy and y in 8-byte packs stay packed (StridedFragment).
+template <template <typename> class Epilogue, typename scalar_t, int P, int kAxisPerThread, bool kPacked>
 __global__ void __launch_bounds__(kMaxBlockThreads)
     softmax_strided_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
                                     scalar_t* __restrict__ dx, const StridedLayout<3> layout,
                                     const int columns, const int cluster_size) {
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
-  __shared__ acc_t parts[kWarpSize][kStridedMaxColumns];
-  __shared__ acc_t slot[kStridedMaxColumns];
-  __shared__ acc_t totals[kStridedMaxColumns];
+  ColumnReduction<acc_t, strided_max_columns(sizeof(scalar_t))> reduction{columns * P, cluster_size};
+  if (cluster_size > 1) cluster_exchange_init(reduction);
+  unsigned round = 0;
 
   const RowIndexer<3>& outer = layout.outer;
   const int tx = threadIdx.x % columns;
@@ -458,27 +546,24 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   const int64_t width = int64_t{columns} * P;
   const StridedAxisWalk<kAxisPerThread, 3> walk(outer, rows_step, ty);
   const ClusterRowLoop tiles{cluster_size};
-  bool arrive_pending = false;
 
   for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
     const TileColumns<3> at(layout, tile, width, tx, P);
     const int valid = at.valid;
-    const scalar_t* const src[2] = {walk.start(dy + at.offset[0], outer, 0), walk.start(y + at.offset[1], outer, 1)};
-    const int64_t pitch[2] = {layout.pitch[0], layout.pitch[1]};
-    acc_t frag[2][kAxisPerThread][P];
-    load_column_fragments<scalar_t>(src, pitch, walk.count, valid, frag, acc_t(0));
-    auto& g = frag[0];
-    auto& v = frag[1];
+    StridedFragment<scalar_t, scalar_t, kAxisPerThread, P, kPacked> g, v;
+    g.load(walk.start(dy + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid, acc_t(0));
+    v.load(walk.start(y + at.offset[1], outer, 1), layout.pitch[1], walk.count, valid, acc_t(0));
     acc_t part[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       part[p] = 0;
 #pragma unroll
-      for (int e = 0; e < kAxisPerThread; ++e) part[p] += Epi::reduce_term(g[e][p], v[e][p]);
+      for (int e = 0; e < kAxisPerThread; ++e)
+        part[p] += Epi::reduce_term(g.template at<0>(e, p), v.template at<0>(e, p));
     }
     fold_column_lanes(part, columns, Sum{});
     if (blockDim.x > kWarpSize || cluster_size > 1)  // a one-warp tile's lane fold has the totals
-      reduce_columns<acc_t, P>(part, columns, cluster_size, arrive_pending, parts, slot, totals, Sum{});
+      reduce_columns<acc_t, P>(part, columns, cluster_size, round, reduction, Sum{});
     Epi epilogue[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) epilogue[p] = Epi(part[p]);
@@ -487,11 +572,12 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
 #pragma unroll
     for (int e = 0; e < kAxisPerThread; ++e) {
       if (e < walk.count)
-        store_columns<scalar_t, P>(dst + e * layout.pitch[2], valid,
-                                   [&](int p) { return epilogue[p](g[e][p], v[e][p]); });
+        store_columns<scalar_t, P>(dst + e * layout.pitch[2], valid, [&](int p) {
+          return epilogue[p](g.template at<1>(e, p), v.template at<1>(e, p));
+        });
     }
   }
-  if (arrive_pending) cluster_wait();
+  if (cluster_size > 1) cluster_exchange_exit(round);
 }
 
 }  // namespace softmax_ext::cuda
