@@ -28,7 +28,7 @@ def cases():
     yield rnd(1, 600001), -1        # split family (workspace)
     yield rnd(3000, 40), 0          # strided family across a cluster
     yield rnd(3, 33, 17), 1         # strided axis with an inner run
-    yield rnd(140, 3000, 16), 1     # strided clusters on a persistent grid, several tiles each
+    yield rnd(100, 2100, 16), 1     # strided clusters on a persistent grid, some taking two tiles
     yield rnd(2, 300, 12), 1        # strided, 16-bit packs of 8 bytes
     yield rnd(40, 6).t(), -1        # transposed
     yield rnd(5, 64)[:, ::3], -1    # sliced
