@@ -429,6 +429,9 @@ template <typename T, int P, int kPitch, typename Combine>
 __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size, unsigned& round,
                                                ColumnReduction<T, kPitch>& r, Combine combine) {
   const int width = columns * P;
+  // The warp's lanes have read its previous partials (the forward's group
+  // max, after the previous call) before its first lanes overwrite them.
+  __syncwarp();
   if (static_cast<int>(threadIdx.x % kWarpSize) < columns) {
     T* mine = warp_column_parts<T, P>(r, columns);
 #pragma unroll
