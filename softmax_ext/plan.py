@@ -54,7 +54,8 @@ def plan_limits(x: torch.Tensor, backward: bool = False) -> dict:
     `x` (its device and dtype): contiguous rows up to ``warp`` elements run on
     the warp family, up to ``block`` on the block family, up to ``cluster`` on
     a thread-block cluster (0 when the device has none), longer ones on the
-    split family; a strided axis up to ``strided`` on the strided family.
+    split family; a strided axis up to ``strided`` on the strided family,
+    longer ones on the strided split family.
     Empty for CPU tensors."""
     names, values = torch.ops.softmax_ext._limits.default(x, backward)
     return dict(zip(names, values))

@@ -278,4 +278,34 @@ inline int64_t split_workspace_bytes(const Problem& p) {
   return split_partials_bytes(p) + p.rows * split_value_bytes(p);
 }
 
+// Strided split family (an axis past strided_reach, with an inner run of
+// at least kStridedMinInner): the strided family's 128-byte column tiles in
+// blocks of kStridedSplitThreads threads, the axis cut into chunks of
+// kStridedSplitChunk positions, a partial per column and chunk into a
+// workspace, combined per column, then applied (strided_split_kernels.cuh).
+// Inputs are read twice. A chunk takes a thread 32 positions in f32 (8
+// columns of 4-float vectors by 32 thread rows), so a chunk's reads are
+// long enough to hide latency; the reference kernel, which took these axes
+// before, ran at 3% of the copy bandwidth on bf16 (100000, 512) over dim 0.
+// Axes longer than kStridedSplitMaxStrided take this family even where a
+// cluster of the strided family holds them, in narrow tiles: on H200,
+// % of the copy bandwidth, strided -> strided split, f32 (2048, 65536).t()
+// forward 32.3 -> 56.4, backward 12.9 -> 57.4, bf16 forward 34.5 -> 42.0;
+// (64, 32768, 64) over dim 1 f32 forward 54.1 -> 53.8.
+constexpr int64_t kStridedSplitMaxStrided = 16384;
+constexpr int64_t strided_reach(bool double_acc, bool backward, int64_t element_bytes, int cluster_size) {
+  return std::min(strided_capacity(double_acc, backward, element_bytes, cluster_size), kStridedSplitMaxStrided);
+}
+constexpr int kStridedSplitThreads = 256;
+constexpr int64_t kStridedSplitChunk = 1024;
+inline int64_t strided_split_chunks(const Problem& p) { return ceil_div(p.axis_size, kStridedSplitChunk); }
+// Workspace: a partial per chunk and column (forward: max and sum;
+// backward: a sum), then a combined value per column, in accumulator type.
+inline int64_t strided_split_partials_bytes(const Problem& p) {
+  return ceil_div(strided_split_chunks(p) * p.rows * split_value_bytes(p), kVectorBytes) * kVectorBytes;
+}
+inline int64_t strided_split_workspace_bytes(const Problem& p) {
+  return strided_split_partials_bytes(p) + p.rows * split_value_bytes(p);
+}
+
 }  // namespace softmax_ext::cuda

@@ -36,6 +36,12 @@ void split_backward(const Problem& problem, const Buffers& buffers, void* worksp
 void strided_forward(const Problem& problem, const Buffers& buffers, int max_cluster);
 void strided_backward(const Problem& problem, const Buffers& buffers, int max_cluster);
 
+// KernelFamily::kCudaStridedSplit: the axis strided and longer than
+// strided_reach (config.h), a contiguous inner run; needs
+// strided_split_workspace_bytes(problem) bytes of workspace.
+void strided_split_forward(const Problem& problem, const Buffers& buffers, void* workspace);
+void strided_split_backward(const Problem& problem, const Buffers& buffers, void* workspace);
+
 // Copies src into dst (one shape, `element_bytes` of 2, 4 or 8) when their
 // fastest dims differ, through shared-memory tiles so that both sides
 // coalesce; returns false, copying nothing, where the layouts are not of that

@@ -25,7 +25,7 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> limits(const at::Tens
   return {{"warp", "block", "cluster", "strided", "max_cluster_size", "strided_min_inner", "split_tile"},
           {cuda::warp_capacity(dbl, backward), cuda::block_capacity(dbl, backward, clusters > 1),
            clusters > 1 ? cuda::cluster_capacity(like.scalar_type(), dbl, backward, clusters) : 0,
-           cuda::strided_capacity(dbl, backward, bytes, clusters), clusters,
+           cuda::strided_reach(dbl, backward, bytes, clusters), clusters,
            cuda::kStridedMinInner, cuda::split_tile(dbl, backward)}};
 #else
   return {};

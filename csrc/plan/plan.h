@@ -48,6 +48,7 @@ enum class KernelFamily : uint8_t {
   kCudaCluster,    // contiguous rows in a thread-block cluster's registers (sm_90+)
   kCudaSplit,      // contiguous rows of any length: tiles, workspace, three kernels
   kCudaStrided,    // strided axis with a contiguous inner run: column tiles
+  kCudaStridedSplit,  // strided axis of any length, inner run: chunks, workspace, three kernels
 };
 
 const char* kernel_family_name(KernelFamily f, Direction d);

@@ -34,6 +34,9 @@ void run(const Plan& plan, const Buffers& buffers, void* workspace) {
     case KernelFamily::kCudaSplit:
       return bw ? cuda::split_backward(p, buffers, workspace)
                 : cuda::split_forward(p, buffers, workspace);
+    case KernelFamily::kCudaStridedSplit:
+      return bw ? cuda::strided_split_backward(p, buffers, workspace)
+                : cuda::strided_split_forward(p, buffers, workspace);
     case KernelFamily::kCudaStrided: {
       const int max_cluster = cuda::max_cluster_size(p.device_index);
       return bw ? cuda::strided_backward(p, buffers, max_cluster)

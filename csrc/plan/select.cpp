@@ -33,8 +33,8 @@ KernelFamily select_cpu(const Problem& p) {
 #ifdef SOFTMAX_EXT_WITH_CUDA
 // Contiguous rows by length: warp, block, cluster (sm_90+), then split. A
 // strided axis with an inner run goes to the strided family while a block or
-// cluster holds it. The capacities are config.h's; other dtype= pairs and
-// layouts run on the reference kernel.
+// cluster holds it (up to strided_reach), then to the strided split family. The capacities are
+// config.h's; other dtype= pairs and layouts run on the reference kernel.
 KernelFamily select_cuda(const Problem& p) {
   if (!cuda::has_fast_kernels(p.in_dtype, p.out_dtype)) return KernelFamily::kCudaReference;
   const bool dbl = p.acc_dtype() == c10::ScalarType::Double;
@@ -49,9 +49,9 @@ KernelFamily select_cuda(const Problem& p) {
       return KernelFamily::kCudaCluster;
     return KernelFamily::kCudaSplit;
   }
-  if (p.inner_size() >= cuda::kStridedMinInner &&
-      n <= cuda::strided_capacity(dbl, bw, bytes, max_cluster))
-    return KernelFamily::kCudaStrided;
+  if (p.inner_size() >= cuda::kStridedMinInner)
+    return n <= cuda::strided_reach(dbl, bw, bytes, max_cluster) ? KernelFamily::kCudaStrided
+                                                                   : KernelFamily::kCudaStridedSplit;
   return KernelFamily::kCudaReference;
 }
 #endif
@@ -70,6 +70,7 @@ const char* kernel_family_name(KernelFamily f, Direction d) {
     case KernelFamily::kCudaCluster: return bw ? "cuda.cluster_backward" : "cuda.cluster";
     case KernelFamily::kCudaSplit: return bw ? "cuda.split_backward" : "cuda.split";
     case KernelFamily::kCudaStrided: return bw ? "cuda.strided_backward" : "cuda.strided";
+    case KernelFamily::kCudaStridedSplit: return bw ? "cuda.strided_split_backward" : "cuda.strided_split";
   }
   return "unknown";
 }
@@ -120,6 +121,7 @@ Status can_implement(const Plan& plan, const Buffers& b) {
 int64_t workspace_size(const Plan& plan) {
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.family == KernelFamily::kCudaSplit) return cuda::split_workspace_bytes(plan.problem);
+  if (plan.family == KernelFamily::kCudaStridedSplit) return cuda::strided_split_workspace_bytes(plan.problem);
 #endif
   (void)plan;
   return 0;
