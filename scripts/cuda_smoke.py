@@ -27,6 +27,7 @@ def cases():
     yield rnd(40, 200003)[:, 3:], -1  # clusters taking several rows each, staged, unaligned
     yield rnd(1, 600001), -1        # split family (workspace)
     yield rnd(3000, 40), 0          # strided family across a cluster
+    yield rnd(17000, 9)[:, 1:], 0   # strided split family (an axis past 16384), chunks and a workspace
     yield rnd(3, 33, 17), 1         # strided axis with an inner run
     yield rnd(100, 2100, 16), 1     # strided clusters on a persistent grid, some taking two tiles
     yield rnd(2, 300, 12), 1        # strided, 16-bit packs of 8 bytes
