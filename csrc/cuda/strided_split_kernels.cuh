@@ -57,6 +57,22 @@ __device__ __forceinline__ int64_t tile_column(const StridedLayout<N>& layout, i
   return in_run < layout.inner ? o * layout.inner + in_run : -1;
 }
 
+// Calls f(at, cols) for each of this block's items (grid-stride, in reverse
+// when kReverse): `at` its chunk, tile and this thread's positions, `cols`
+// where the thread's P columns of the tile start in each operand.
+template <int N, int P, bool kReverse, typename F>
+__device__ __forceinline__ void for_each_split_item(const StridedLayout<N>& layout, int columns,
+                                                    const StridedSplitShape& g, F&& f) {
+  const int tx = threadIdx.x % columns;
+  const int ty = threadIdx.x / columns;
+  const int rows_step = blockDim.x / columns;
+  for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
+    const StridedSplitItem<N> at(layout, g, kReverse ? g.items - 1 - item : item, rows_step, ty);
+    const TileColumns<N> cols(layout, at.tile, int64_t{columns} * P, tx, P);
+    f(at, cols);
+  }
+}
+
 // Folds the block's per-thread column values (P per thread, lanes holding the
 // same columns folded first) in a fixed order and hands column c < width of
 // the tile to sink(c, total). parts: a row of kPitch >= width values per warp.
@@ -83,14 +99,8 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   using Part = MaxSum<acc_t>;
   constexpr int kGroup = elems_per_thread(is_double_acc_v<out_t>, false) / P;
   __shared__ Part parts[kStridedSplitThreads / kWarpSize][strided_max_columns(sizeof(in_t))];
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
   const RowIndexer<2>& outer = layout.outer;
-  for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
-    const StridedSplitItem<2> at(layout, g, item, rows_step, ty);
-    const TileColumns<2> cols(layout, at.tile, width, tx, P);
+  for_each_split_item<2, P, false>(layout, columns, g, [&](const StridedSplitItem<2>& at, const TileColumns<2>& cols) {
     const in_t* src = x + cols.offset[0] + at.first * outer.axis_stride[0];
     Part part[P];
 #pragma unroll
@@ -114,10 +124,10 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
       }
     }
     fold_tile_columns<Part, P>(part, columns, parts, CombineMaxSum{}, [&](int c, const Part& total) {
-      const int64_t column = tile_column(layout, at.tile, width, c);
+      const int64_t column = tile_column(layout, at.tile, int64_t{columns} * P, c);
       if (column >= 0) partials[at.chunk * outer.rows * layout.inner + column] = total;
     });
-  }
+  });
 }
 
 // Backward statistics: the sum of reduce_term(dy, y) of each column over a chunk.
@@ -131,14 +141,8 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   using Epi = Epilogue<acc_t>;
   constexpr int kGroup = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
   __shared__ acc_t parts[kStridedSplitThreads / kWarpSize][strided_max_columns(sizeof(scalar_t))];
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
   const RowIndexer<3>& outer = layout.outer;
-  for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
-    const StridedSplitItem<3> at(layout, g, item, rows_step, ty);
-    const TileColumns<3> cols(layout, at.tile, width, tx, P);
+  for_each_split_item<3, P, false>(layout, columns, g, [&](const StridedSplitItem<3>& at, const TileColumns<3>& cols) {
     acc_t part[P] = {};
     for (int64_t k = 0; k < at.count; k += kGroup) {
       const scalar_t* const s[2] = {dy + cols.offset[0] + (at.first * outer.axis_stride[0] + k * layout.pitch[0]),
@@ -153,10 +157,10 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
         for (int p = 0; p < P; ++p) part[p] += Epi::reduce_term(v[0][e][p], v[1][e][p]);
     }
     fold_tile_columns<acc_t, P>(part, columns, parts, Sum{}, [&](int c, const acc_t& total) {
-      const int64_t column = tile_column(layout, at.tile, width, c);
+      const int64_t column = tile_column(layout, at.tile, int64_t{columns} * P, c);
       if (column >= 0) partials[at.chunk * outer.rows * layout.inner + column] = total;
     });
-  }
+  });
 }
 
 // Combine: column `column`'s partials folded in chunk order (max first, then
@@ -196,16 +200,10 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   using acc_t = acc_type<out_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int kGroup = elems_per_thread(is_double_acc_v<out_t>, false) / P;
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
   const RowIndexer<2>& outer = layout.outer;
-  for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
-    const StridedSplitItem<2> at(layout, g, g.items - 1 - item, rows_step, ty);
-    const TileColumns<2> cols(layout, at.tile, width, tx, P);
+  for_each_split_item<2, P, true>(layout, columns, g, [&](const StridedSplitItem<2>& at, const TileColumns<2>& cols) {
     Epi epilogue[P];
-    const int64_t column = tile_column(layout, at.tile, width, int64_t{tx} * P);
+    const int64_t column = tile_column(layout, at.tile, int64_t{columns} * P, threadIdx.x % columns * P);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const MaxSum<acc_t> total = p < cols.valid ? totals[column + p] : empty_stats<acc_t>();
@@ -225,7 +223,7 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
           store_columns<out_t, P>(dst + (k + e) * layout.pitch[1], cols.valid,
                                   [&](int p) { return epilogue[p](v[0][e][p]); });
     }
-  }
+  });
 }
 
 // Apply (backward): dx from dy, y and each column's sum.
@@ -238,16 +236,10 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int kGroup = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
   const RowIndexer<3>& outer = layout.outer;
-  for (int64_t item = blockIdx.x; item < g.items; item += gridDim.x) {
-    const StridedSplitItem<3> at(layout, g, g.items - 1 - item, rows_step, ty);
-    const TileColumns<3> cols(layout, at.tile, width, tx, P);
+  for_each_split_item<3, P, true>(layout, columns, g, [&](const StridedSplitItem<3>& at, const TileColumns<3>& cols) {
     Epi epilogue[P];
-    const int64_t column = tile_column(layout, at.tile, width, int64_t{tx} * P);
+    const int64_t column = tile_column(layout, at.tile, int64_t{columns} * P, threadIdx.x % columns * P);
 #pragma unroll
     for (int p = 0; p < P; ++p) epilogue[p] = Epi(p < cols.valid ? totals[column + p] : acc_t(0));
     for (int64_t k = 0; k < at.count; k += kGroup) {
@@ -264,7 +256,7 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
           store_columns<scalar_t, P>(dst + e * layout.pitch[2], cols.valid,
                                      [&](int p) { return epilogue[p](v[0][e][p], v[1][e][p]); });
     }
-  }
+  });
 }
 
 // Host: the threads across a tile of `pack`-element vectors (1 or 16
