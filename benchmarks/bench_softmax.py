@@ -73,6 +73,9 @@ def gpu_cases(quick):
         # the strided family in 16 bits
         cases += [Case("mid-axis", (32, 1024, 4096), 1, "bf16"),
                   Case("transposed", (8192, 8192), -1, "bf16", transposed=True)]
+        # strided axes past the strided family's reach (the strided split family)
+        cases += [Case("long-strided-axis", (131072, 2048), 0, "f32"),
+                  Case("long-strided-axis", (131072, 2048), 0, "bf16")]
     if not quick:
         cases.append(Case("vocab", (8192, 131072), -1, "bf16", ops=("log_softmax",)))
     return cases
