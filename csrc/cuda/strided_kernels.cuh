@@ -422,9 +422,10 @@ __device__ __forceinline__ void fold_column_sources(int width, int sources, Sour
 // Folds the lane-folded column partials (fold_column_lanes) over the block's
 // warps and then the cluster's blocks, in a fixed order; returns this
 // thread's P column totals. T is MaxSum<acc_t> (forward) or acc_t (backward).
-// In a cluster, the lane that folds a column's block total pushes it to
-// every block (cluster_exchange_push), and each block folds the totals it
-// received: `round` counts the exchanges (reduce.cuh).
+// In a cluster, the block's column totals go to every block of the cluster
+// (cluster_exchange_push, one thread per block and column), and each block
+// folds the totals it received in rank order: `round` counts the exchanges
+// (reduce.cuh).
 template <typename T, int P, int kPitch, typename Combine>
 __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cluster_size, unsigned& round,
                                                ColumnReduction<T, kPitch>& r, Combine combine) {
@@ -447,7 +448,7 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
     cluster_exchange_open(r, x, cluster_size * width);
     __syncthreads();
     // A thread a push: cluster_size * width <= blockDim.x (strided_shape), and
-    // both are powers of two.
+    // the width is a power of two.
     const int c = threadIdx.x & (width - 1);
     if (static_cast<int>(threadIdx.x) < cluster_size * width)
       cluster_exchange_push(r, x, threadIdx.x >> __popc(width - 1), c, r.totals()[c]);
