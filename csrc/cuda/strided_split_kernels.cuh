@@ -130,7 +130,8 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   });
 }
 
-// Backward statistics: the sum of reduce_term(dy, y) of each column over a chunk.
+// Backward statistics: the sum of reduce_term(dy, y) of each column over a
+// chunk; y is read only where the term uses it (softmax, not log_softmax).
 template <template <typename> class Epilogue, typename scalar_t, int P>
 __global__ void __launch_bounds__(kStridedSplitThreads)
     softmax_strided_split_backward_stats_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
@@ -143,18 +144,22 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
   __shared__ acc_t parts[kStridedSplitThreads / kWarpSize][strided_max_columns(sizeof(scalar_t))];
   const RowIndexer<3>& outer = layout.outer;
   for_each_split_item<3, P, false>(layout, columns, g, [&](const StridedSplitItem<3>& at, const TileColumns<3>& cols) {
+    constexpr int kOperands = Epi::kReduceReadsY ? 2 : 1;
     acc_t part[P] = {};
     for (int64_t k = 0; k < at.count; k += kGroup) {
       const scalar_t* const s[2] = {dy + cols.offset[0] + (at.first * outer.axis_stride[0] + k * layout.pitch[0]),
                                     y + cols.offset[1] + (at.first * outer.axis_stride[1] + k * layout.pitch[1])};
       const int64_t pitch[2] = {layout.pitch[0], layout.pitch[1]};
-      acc_t v[2][kGroup][P];
-      load_column_fragments<scalar_t>(s, pitch, static_cast<int>(std::min<int64_t>(kGroup, at.count - k)),
-                                      cols.valid, v, acc_t(0));
+      acc_t v[kOperands][kGroup][P];
+      load_column_fragments<scalar_t>(reinterpret_cast<const scalar_t* const(&)[kOperands]>(s),
+                                      reinterpret_cast<const int64_t(&)[kOperands]>(pitch),
+                                      static_cast<int>(std::min<int64_t>(kGroup, at.count - k)), cols.valid, v,
+                                      acc_t(0));
 #pragma unroll
       for (int e = 0; e < kGroup; ++e)
 #pragma unroll
-        for (int p = 0; p < P; ++p) part[p] += Epi::reduce_term(v[0][e][p], v[1][e][p]);
+        for (int p = 0; p < P; ++p)  // without y loaded, its slot is dy's: a term that reads no y ignores it
+          part[p] += Epi::reduce_term(v[0][e][p], v[kOperands - 1][e][p]);
     }
     fold_tile_columns<acc_t, P>(part, columns, parts, Sum{}, [&](int c, const acc_t& total) {
       const int64_t column = tile_column(layout, at.tile, int64_t{columns} * P, c);
