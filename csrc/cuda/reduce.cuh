@@ -132,9 +132,9 @@ __device__ __forceinline__ T block_all_reduce(T value, Op op, T identity, T* scr
 // Thread-block clusters (sm_90+)
 //////////////////////////////////////////////////////////////////////////////
 
-// The split cluster barrier: arrive after a block has read its peers' shared
-// memory, wait before it writes that memory again (or exits), so the barrier
-// latency overlaps the row's stores.
+// The split cluster barrier, which the exchange below meets once, at its
+// start: a block arrives once its barriers exist and waits before its first
+// push, so its first loads overlap the wait.
 __device__ __forceinline__ void cluster_arrive() {
 #ifdef SOFTMAX_EXT_HAS_CLUSTERS
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
@@ -143,18 +143,6 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
 #ifdef SOFTMAX_EXT_HAS_CLUSTERS
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
-
-// local[index] in the shared memory of cluster block `rank` (a distributed
-// shared memory load).
-template <typename T>
-__device__ __forceinline__ T cluster_load(T* local, unsigned rank, int index) {
-#ifdef SOFTMAX_EXT_HAS_CLUSTERS
-  namespace cg = cooperative_groups;
-  return cg::this_cluster().map_shared_rank(local, rank)[index];
-#else
-  return local[index];
 #endif
 }
 
@@ -174,11 +162,6 @@ __device__ __forceinline__ unsigned cluster_rank() {
 #else
   return 0;
 #endif
-}
-
-__device__ __forceinline__ void cluster_sync() {
-  cluster_arrive();
-  cluster_wait();
 }
 
 // Cluster all-reduce by pushing (sm_90): each block stores its partials
