@@ -31,9 +31,7 @@ static StridedShape strided_tile(const Problem& p, int pack, int64_t per_thread,
   const int64_t bytes = c10::elementSize(p.in_dtype);
   StridedShape s{};
   s.pack = pack;
-  int64_t width = strided_tile_columns(bytes);
-  if (s.pack == 1) width = std::min<int64_t>(width, kWarpSize);
-  width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), s.pack));
+  int64_t width = strided_widest_tile(p, pack);
   const int64_t axis_per_thread = per_thread / s.pack;
   const int64_t rows_needed = ceil_div(p.axis_size, axis_per_thread);
   // Halve the tile until the largest cluster holds the axis (config.h).
@@ -100,7 +98,7 @@ void strided_forward(const Problem& p, const Buffers& b, int max_cluster) {
     const StridedShape shape = strided_launch_shape<in_t>(p, b, kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_strided_pack<in_t>(shape, [&](auto vector) {
+      dispatch_strided_pack<in_t>(shape.pack, [&](auto vector) {
         constexpr int P = decltype(vector)::value;
         constexpr int kAxis = Packing::elements(kPerThread, P) / P;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);

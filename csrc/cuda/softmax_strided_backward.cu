@@ -16,7 +16,7 @@ void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
     const StridedShape shape = strided_launch_shape<scalar_t>(p, b, kPerThread, max_cluster);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_strided_pack<scalar_t>(shape, [&](auto pack) {
+      dispatch_strided_pack<scalar_t>(shape.pack, [&](auto pack) {
         constexpr int P = decltype(pack)::value;
         constexpr int kAxis = Packing::elements(kPerThread, P) / P;
         const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);

@@ -23,7 +23,7 @@ void strided_split_forward(const Problem& p, const Buffers& b, void* workspace) 
     const int columns = strided_split_columns(p, pack);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_vector<in_t>(pack, [&](auto vector) {
+      dispatch_strided_pack<in_t, kPack<in_t>>(pack, [&](auto vector) {
         constexpr int P = decltype(vector)::value;
         const auto tiled = with_tile_geometry(layout, columns, P, kStridedSplitThreads);
         const StridedSplitShape g = strided_split_shape(p, tiled.tiles);

@@ -23,7 +23,7 @@ void strided_split_backward(const Problem& p, const Buffers& b, void* workspace)
     const int columns = strided_split_columns(p, pack);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
-      dispatch_vector<scalar_t>(pack, [&](auto vector) {
+      dispatch_strided_pack<scalar_t, kPack<scalar_t>>(pack, [&](auto vector) {
         constexpr int P = decltype(vector)::value;
         const auto tiled = with_tile_geometry(layout, columns, P, kStridedSplitThreads);
         const StridedSplitShape g = strided_split_shape(p, tiled.tiles);

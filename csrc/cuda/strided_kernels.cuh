@@ -64,6 +64,14 @@ struct StridedShape {
 // The elements P of a thread's vector accesses: `vector` where every operand
 // is aligned to it, else 1.
 int strided_pack(const Problem& p, const Buffers& b, int vector);
+// The widest tile in columns for accesses of `pack` elements: 128 bytes
+// (strided_tile_columns), at most a warp of scalar columns, and no wider
+// than the inner run (rounded up to a power of two).
+inline int64_t strided_widest_tile(const Problem& p, int pack) {
+  int64_t width = strided_tile_columns(c10::elementSize(p.in_dtype));
+  if (pack == 1) width = std::min<int64_t>(width, kWarpSize);
+  return std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), pack));
+}
 // The tile for accesses of `pack` elements and `per_thread` elements a thread.
 StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int max_cluster);
 
@@ -93,15 +101,15 @@ StridedShape strided_launch_shape(const Problem& p, const Buffers& b, int per_th
   return strided_shape(p, pack, Packing::elements(per_thread, pack), max_cluster);
 }
 
-// Launches a strided kernel with P = shape.pack (1 or the vector width):
-// f(std::integral_constant<int, P>{}) must launch.
-template <typename in_t, typename F>
-void dispatch_strided_pack(const StridedShape& shape, F&& f) {
-  constexpr int kVector = StridedPacking<in_t>::kVector;
-  if (shape.pack == 1) {
+// Launches a strided kernel with P = pack (1 or the vector width kVector,
+// by default the strided family's): f(std::integral_constant<int, P>{})
+// must launch.
+template <typename in_t, int kVector = StridedPacking<in_t>::kVector, typename F>
+void dispatch_strided_pack(int pack, F&& f) {
+  if (pack == 1) {
     f(std::integral_constant<int, 1>{});
   } else {
-    TORCH_INTERNAL_ASSERT(shape.pack == kVector, "softmax_ext: strided pack ", shape.pack);
+    TORCH_INTERNAL_ASSERT(pack == kVector, "softmax_ext: strided pack ", pack);
     f(std::integral_constant<int, kVector>{});
   }
 }

@@ -265,29 +265,14 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
 }
 
 // Host: the threads across a tile of `pack`-element vectors (1 or 16
-// bytes): the strided family's widest tile, 128 bytes, narrower where the
-// inner run is.
+// bytes): the strided family's widest tile.
 inline int strided_split_columns(const Problem& p, int pack) {
-  int64_t width = strided_tile_columns(c10::elementSize(p.in_dtype));
-  if (pack == 1) width = std::min<int64_t>(width, kWarpSize);
-  width = std::min(width, std::max<int64_t>(next_pow2(p.inner_size()), pack));
-  return static_cast<int>(width / pack);
+  return static_cast<int>(strided_widest_tile(p, pack) / pack);
 }
 
 inline StridedSplitShape strided_split_shape(const Problem& p, int64_t tiles) {
   const int64_t chunks = strided_split_chunks(p);
   return {kStridedSplitChunk, chunks, chunks * tiles};
-}
-
-// Launches with P = pack (1, or the 16-byte vector of in_t).
-template <typename in_t, typename F>
-void dispatch_vector(int pack, F&& f) {
-  if (pack == 1) {
-    f(std::integral_constant<int, 1>{});
-  } else {
-    TORCH_INTERNAL_ASSERT(pack == kPack<in_t>, "softmax_ext: strided split pack ", pack);
-    f(std::integral_constant<int, kPack<in_t>>{});
-  }
 }
 
 }  // namespace softmax_ext::cuda
