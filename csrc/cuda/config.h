@@ -271,12 +271,16 @@ inline int64_t split_value_bytes(const Problem& p) {
   const int64_t acc = p.out_dtype == c10::ScalarType::Double ? 8 : 4;
   return p.is_backward() ? acc : 2 * acc;
 }
-inline int64_t split_partials_bytes(const Problem& p) {
-  return ceil_div(p.rows * split_chunks(p) * split_value_bytes(p), kVectorBytes) * kVectorBytes;
+// `chunks` partials per row (the strided split family's: per column), padded
+// to a vector, then the combined values.
+inline int64_t partials_bytes(const Problem& p, int64_t chunks) {
+  return ceil_div(p.rows * chunks * split_value_bytes(p), kVectorBytes) * kVectorBytes;
 }
-inline int64_t split_workspace_bytes(const Problem& p) {
-  return split_partials_bytes(p) + p.rows * split_value_bytes(p);
+inline int64_t workspace_bytes(const Problem& p, int64_t chunks) {
+  return partials_bytes(p, chunks) + p.rows * split_value_bytes(p);
 }
+inline int64_t split_partials_bytes(const Problem& p) { return partials_bytes(p, split_chunks(p)); }
+inline int64_t split_workspace_bytes(const Problem& p) { return workspace_bytes(p, split_chunks(p)); }
 
 // Strided split family (an axis past strided_reach, with an inner run of
 // at least kStridedMinInner): the strided family's 128-byte column tiles in
@@ -299,13 +303,9 @@ constexpr int64_t strided_reach(bool double_acc, bool backward, int64_t element_
 constexpr int kStridedSplitThreads = 256;
 constexpr int64_t kStridedSplitChunk = 1024;
 inline int64_t strided_split_chunks(const Problem& p) { return ceil_div(p.axis_size, kStridedSplitChunk); }
-// Workspace: a partial per chunk and column (forward: max and sum;
-// backward: a sum), then a combined value per column, in accumulator type.
-inline int64_t strided_split_partials_bytes(const Problem& p) {
-  return ceil_div(strided_split_chunks(p) * p.rows * split_value_bytes(p), kVectorBytes) * kVectorBytes;
-}
-inline int64_t strided_split_workspace_bytes(const Problem& p) {
-  return strided_split_partials_bytes(p) + p.rows * split_value_bytes(p);
-}
+// Workspace: a partial per chunk and column, then a combined value per
+// column, laid out as the split family's.
+inline int64_t strided_split_partials_bytes(const Problem& p) { return partials_bytes(p, strided_split_chunks(p)); }
+inline int64_t strided_split_workspace_bytes(const Problem& p) { return workspace_bytes(p, strided_split_chunks(p)); }
 
 }  // namespace softmax_ext::cuda
