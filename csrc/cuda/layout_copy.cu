@@ -6,6 +6,7 @@
 // source's fastest dim and writing rows along the destination's, both
 // coalesced.
 
+#include "cuda/block_kernels.cuh"  // ClusterLaunch, persistent_clusters
 #include "cuda/common.cuh"
 #include "cuda/launch.h"
 
@@ -107,14 +108,13 @@ void launch_copy_tiles(const void* src, void* dst, CopyLayout layout) {
   layout.tiles_b = ceil_div(layout.size_b, int64_t{tile_side<T>()});
   layout.tiles = layout.tiles_a * layout.tiles_b;
   for (int d = 0; d < layout.batch_rank; ++d) layout.tiles *= layout.batch_size[d];
-  int device = 0, sms = 0, per_sm = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_tiles_kernel<T>, kThreads, 0));
-  const int64_t grid = std::min<int64_t>(layout.tiles, int64_t{std::max(per_sm, 1)} * sms);
-  copy_tiles_kernel<T><<<static_cast<unsigned>(grid), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const T*>(src), static_cast<T*>(dst), layout);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // A grid of as many blocks as the device runs at once (queried once per
+  // device and kernel), each looping over tiles.
+  ClusterLaunch launch(1, kThreads, 1, c10::cuda::getCurrentCUDAStream());
+  const int resident = persistent_clusters(reinterpret_cast<const void*>(copy_tiles_kernel<T>), launch.config);
+  launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(layout.tiles, resident));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, copy_tiles_kernel<T>, static_cast<const T*>(src),
+                                    static_cast<T*>(dst), layout));
 }
 
 // The dim of stride 1 and size > 1, or -1.
