@@ -61,6 +61,8 @@ if WITH_CUDA and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
     # torch's own default is "whatever GPU is visible now", wrong for a build
     # machine without one.
     os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_ARCH_LIST
+
+
 def _archs_before_sm80(arch_list):
     """Entries of a TORCH_CUDA_ARCH_LIST older than compute capability 8.0
     (numbers such as "7.5" or "8.6+PTX", or torch's names of older GPUs)."""
@@ -77,11 +79,13 @@ def _archs_before_sm80(arch_list):
     return found
 
 
-if WITH_CUDA and _archs_before_sm80(os.environ["TORCH_CUDA_ARCH_LIST"]):
+_OLD_ARCHS = _archs_before_sm80(os.environ["TORCH_CUDA_ARCH_LIST"]) if WITH_CUDA else []
+if _OLD_ARCHS:
     # The kernels use sm_80 instructions (cp.async, max.NaN.f16x2/bf16x2),
     # which ptxas would refuse for these targets with a less clear message.
-    sys.exit(f"softmax_ext: TORCH_CUDA_ARCH_LIST names {_archs_before_sm80(os.environ['TORCH_CUDA_ARCH_LIST'])}; "
+    sys.exit(f"softmax_ext: TORCH_CUDA_ARCH_LIST names {_OLD_ARCHS}; "
              "the CUDA kernels need compute capability 8.0 or newer (or build without them: SOFTMAX_EXT_CPU_ONLY=1)")
+
 
 def _version():
     with open(os.path.join(ROOT, "softmax_ext", "_version.py")) as f:

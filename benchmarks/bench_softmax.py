@@ -272,7 +272,8 @@ def parse_args():
     parser.add_argument("--op", default=",".join(OPS), help="comma list of softmax, log_softmax")
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
-                        "(groups: last-axis, long-row, short-row, mid-axis, channel-axis, first-axis, transposed, vocab)")
+                        "(groups: last-axis, long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
+                        "transposed, vocab)")
     parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
                         "default: every available peer")
     parser.add_argument("--out", help="CSV path (default: benchmarks/results/<device-name>.csv)")

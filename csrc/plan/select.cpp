@@ -33,8 +33,9 @@ KernelFamily select_cpu(const Problem& p) {
 #ifdef SOFTMAX_EXT_WITH_CUDA
 // Contiguous rows by length: warp, block, cluster (sm_90+), then split. A
 // strided axis with an inner run goes to the strided family while a block or
-// cluster holds it (up to strided_reach), then to the strided split family. The capacities are
-// config.h's; other dtype= pairs and layouts run on the reference kernel.
+// cluster holds it (up to strided_reach), then to the strided split family.
+// The capacities are config.h's; other dtype= pairs and layouts run on the
+// reference kernel.
 KernelFamily select_cuda(const Problem& p) {
   if (!cuda::has_fast_kernels(p.in_dtype, p.out_dtype)) return KernelFamily::kCudaReference;
   const bool dbl = p.acc_dtype() == c10::ScalarType::Double;
