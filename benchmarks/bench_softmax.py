@@ -66,6 +66,9 @@ def gpu_cases(quick):
     if not quick:
         cases += [Case("long-row", (1, 1 << 28), -1, "f32"), Case("long-row", (4, 1 << 24), -1, "f32"),
                   Case("short-row", (1 << 24, 16), -1, "f32")]
+        # rows past a cluster's reach, a group of which fits in L2 (cuda.split_resident)
+        cases += [Case("mid-long-row", (256, 1 << 20), -1, "f32"), Case("mid-long-row", (1024, 600000), -1, "f32"),
+                  Case("mid-long-row", (512, 1 << 21), -1, "bf16")]
     cases += [Case("mid-axis", (32, 1024, 4096), 1, "f32"),
               Case("transposed", (8192, 8192), -1, "f32", transposed=True)]
     if not quick:  # a short axis over channels, as in channels-first segmentation heads
@@ -272,7 +275,7 @@ def parse_args():
     parser.add_argument("--op", default=",".join(OPS), help="comma list of softmax, log_softmax")
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
-                        "(groups: last-axis, long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
+                        "(groups: last-axis, long-row, mid-long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
                         "transposed, vocab)")
     parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
                         "default: every available peer")

@@ -55,6 +55,10 @@ def expected_limits(dtype, backward, max_cluster):
         "strided": min(1024 * e // max(16 // element_size, 1) * max(max_cluster, 1), 16384),
         "split_tile": 512 * e,
         "strided_min_inner": 4,
+        # split rows of which two read at most half of L2 run resident
+        "split_resident": torch.cuda.get_device_properties(0).L2_cache_size // 2 // 2
+        // (element_size * (2 if backward else 1)),
+        "split_resident_min_rows": 2,
     }
 
 
@@ -131,8 +135,52 @@ def contiguous_cases(dtype, backward, max_cluster):
                          ids=["f32", "bf16", "f16", "f64"])
 def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
     for n, family in contiguous_cases(dtype, backward, max_cluster):
-        rows = 3 if n * 3 <= 1 << 22 else 1
+        # one row: the split family's rows run resident from two rows on (below)
+        rows = 3 if n * 3 <= 1 << 22 and not family.startswith("cuda.split") else 1
         check_family(kind, dtype, (rows, n), -1, family, backward)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
+def test_split_resident_thresholds(sx, kind, dtype, backward, max_cluster):
+    """Split rows run on one resident kernel from split_resident_min_rows rows
+    of at most split_resident elements; one row more or one element more
+    takes the three kernels."""
+    lim = sx.plan_limits(torch.empty(1, dtype=dtype, device="cuda"), backward=backward)
+    bw = "_backward" if backward else ""
+    first_split = (lim["cluster"] if max_cluster > 1 else lim["block"]) + 1
+    rows = lim["split_resident_min_rows"]
+    cap = lim["split_resident"]
+    assert cap > first_split
+    for shape, family in [((rows, first_split), "cuda.split_resident"), ((rows, cap), "cuda.split_resident"),
+                          ((rows, cap + 1), "cuda.split"), ((rows - 1, cap), "cuda.split")]:
+        check_family(kind, dtype, shape, -1, family + bw, backward)
+
+
+@pytest.mark.parametrize("start", [0, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["f32", "bf16", "f16", "f64"])
+def test_split_resident_many_groups(sx, dtype, start, max_cluster):
+    """40 rows, several groups per block (each block takes its slice of one
+    row per group), rows off the 16-byte grid, forward and backward."""
+    lim = sx.plan_limits(torch.empty(1, dtype=dtype, device="cuda"))  # forward: the longer reach
+    n = (lim["cluster"] if max_cluster > 1 else lim["block"]) + 1001
+    rows = 40
+    base = make_input((rows, n + start), dtype, "cuda", seed=n + start)
+    x = base[:, start:]
+    dy = make_input((rows, n + start), dtype, "cuda", seed=n + start + 1)[:, start:]
+    for kind in KINDS:
+        assert sx.plan(x, -1, kind=kind).kernel == f"cuda.split_resident.{TAGS[dtype]}"
+        out = ours(kind)(x, -1)
+        assert_close_verbose(out, reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                             **tolerances(kind, dtype, n))
+        name = kind + "_backward"
+        y = reference_forward(kind, x, -1).to("cuda", dtype)
+        assert sx.plan(dy, -1, kind=kind, backward=True).kernel == f"cuda.split_resident_backward.{TAGS[dtype]}"
+        dx = ours(name)(dy, y, -1)
+        assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} start={start}",
+                             **tolerances(name, dtype, n))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -401,7 +449,8 @@ def test_dtype_argument_fast_and_reference(sx, n):
 
 @pytest.mark.parametrize(
     "shape,dim",
-    [((4096, 100), -1), ((64, 20000), -1), ((8, 200000), -1), ((1, 3_000_000), -1), ((64, 512, 32), 1),
+    [((4096, 100), -1), ((64, 20000), -1), ((8, 200000), -1), ((1, 3_000_000), -1), ((6, 1_000_000), -1),
+     ((64, 512, 32), 1),
      ((16, 3000, 16), 1)],
 )
 def test_bit_identical_reruns(shape, dim):
@@ -416,7 +465,9 @@ def test_bit_identical_reruns(shape, dim):
 
 
 @pytest.mark.parametrize(
-    "shape,dim", [((256, 700), -1), ((16, 9000), -1), ((4, 100000), -1), ((2, 1_500_000), -1), ((8, 2048, 64), 1)]
+    "shape,dim",
+    [((256, 700), -1), ((16, 9000), -1), ((4, 100000), -1), ((2, 1_500_000), -1), ((1, 1_500_000), -1),
+     ((8, 2048, 64), 1)],
 )
 def test_graph_replay_every_family(sx, shape, dim):
     static_x = make_input(shape, torch.float32, "cuda", seed=1)

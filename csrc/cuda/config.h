@@ -280,6 +280,45 @@ inline int64_t workspace_bytes(const Problem& p, int64_t chunks) {
   return partials_bytes(p, chunks) + p.rows * split_value_bytes(p);
 }
 inline int64_t split_partials_bytes(const Problem& p) { return partials_bytes(p, split_chunks(p)); }
+// Resident split: rows short enough that kResidentMinGroupRows of them read
+// at most 1/kResidentL2Share of L2 run in one cooperative kernel, a group of
+// rows at a time over the whole GPU (split_kernels.cuh), so the second read
+// of each row comes from L2 and the registers. Longer rows keep the three
+// kernels: a group of one row waits on its slowest block every row, with a
+// tile or two per block. Measured on H200, % of the copy bandwidth, three
+// kernels -> resident (L2 / 2 per group; L2 / 4 and L2 * 0.8 were slower):
+//   f32  (1024, 600000) forward 64.0 -> 74.7; (256, 2^20) 65.2 -> 71.8,
+//        log_softmax backward 76.1 -> 78.4; bf16 (512, 2^21) log_softmax
+//        forward 53.9 -> 67.3
+//   groups of one row: f32 (64, 2^22) forward 64.5 -> 56.8, (4, 2^24)
+//        61.1 -> 59.4, (1, 2^28) 65.5 -> 63.7
+// (Starting the next group's sums before finishing a row, to hide the wait,
+// was slower on every shape: the two groups' reads crowd each other out of
+// L2.)
+constexpr int64_t kResidentL2Share = 2;
+constexpr int64_t kResidentMinGroupRows = 2;
+constexpr int64_t kResidentMaxBlocksPerRow = 1024;
+// Bytes a row's sums read: x, or dy and y (the log_softmax backward's read
+// dy alone, but its apply reads both).
+inline int64_t split_row_bytes(const Problem& p) {
+  return p.axis_size * static_cast<int64_t>(c10::elementSize(p.in_dtype)) * (p.is_backward() ? 2 : 1);
+}
+inline int64_t resident_group_rows(const Problem& p, int64_t l2_bytes) {
+  return std::clamp<int64_t>(l2_bytes / kResidentL2Share / std::max<int64_t>(split_row_bytes(p), 1), 1, p.rows);
+}
+// The longest row that runs resident (given two rows or more).
+inline int64_t split_resident_capacity(c10::ScalarType in, bool backward, int64_t l2_bytes) {
+  return l2_bytes / kResidentL2Share / kResidentMinGroupRows /
+         (static_cast<int64_t>(c10::elementSize(in)) * (backward ? 2 : 1));
+}
+inline bool split_resident(const Problem& p, int64_t l2_bytes) {
+  return p.rows >= kResidentMinGroupRows && p.axis_size <= split_resident_capacity(p.in_dtype, p.is_backward(), l2_bytes);
+}
+// Its workspace: a partial per block of each row, then a counter per row.
+inline int64_t resident_partials_bytes(const Problem& p) {
+  return partials_bytes(p, std::min(split_tiles(p), kResidentMaxBlocksPerRow));
+}
+inline int64_t resident_workspace_bytes(const Problem& p) { return resident_partials_bytes(p) + p.rows * 4; }
 inline int64_t split_workspace_bytes(const Problem& p) { return workspace_bytes(p, split_chunks(p)); }
 
 // Strided split family (an axis past strided_reach, with an inner run of

@@ -15,6 +15,7 @@ namespace {
 struct DeviceFacts {
   int arch = 0;
   int max_cluster = 1;
+  int l2_bytes = 0;
 };
 
 // Clusters need sm_90 hardware and sm_90 code in this build (a build for
@@ -55,6 +56,7 @@ const DeviceFacts& facts(int device) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   f.arch = major * 10 + minor;
   f.max_cluster = query_max_cluster(device, f.arch);
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device));
   C10_CUDA_CHECK(cudaSetDevice(previous));
   return cache.emplace(device, f).first->second;
 }
@@ -63,5 +65,6 @@ const DeviceFacts& facts(int device) {
 
 int device_arch(int device) { return facts(device).arch; }
 int max_cluster_size(int device) { return facts(device).max_cluster; }
+int l2_cache_bytes(int device) { return facts(device).l2_bytes; }
 
 }  // namespace softmax_ext::cuda

@@ -28,9 +28,11 @@ void block_forward(const Problem& problem, const Buffers& buffers, int max_clust
 void block_backward(const Problem& problem, const Buffers& buffers, int max_cluster);
 
 // KernelFamily::kCudaSplit: contiguous rows of any length; needs
-// split_workspace_bytes(problem) bytes of workspace.
-void split_forward(const Problem& problem, const Buffers& buffers, void* workspace);
-void split_backward(const Problem& problem, const Buffers& buffers, void* workspace);
+// split_workspace_bytes(problem) bytes of workspace. With `resident`
+// (KernelFamily::kCudaSplitResident: split_resident, config.h), one
+// cooperative kernel and resident_workspace_bytes(problem).
+void split_forward(const Problem& problem, const Buffers& buffers, void* workspace, bool resident);
+void split_backward(const Problem& problem, const Buffers& buffers, void* workspace, bool resident);
 
 // KernelFamily::kCudaStrided: the axis strided, a contiguous inner run.
 void strided_forward(const Problem& problem, const Buffers& buffers, int max_cluster);
@@ -55,5 +57,7 @@ bool copy_across_layouts(const void* src, void* dst, int64_t element_bytes, c10:
 // use there (1 where the device or this build has no cluster support).
 int device_arch(int device);
 int max_cluster_size(int device);
+// The L2 cache's size in bytes (the split family sizes its row groups to it).
+int l2_cache_bytes(int device);
 
 }  // namespace softmax_ext::cuda

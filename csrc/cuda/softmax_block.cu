@@ -35,7 +35,9 @@ int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
   static std::map<Key, int> cache;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
-  const unsigned cluster_size = config.numAttrs > 0 ? config.attrs[0].val.clusterDim.x : 1;
+  unsigned cluster_size = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i)
+    if (config.attrs[i].id == cudaLaunchAttributeClusterDimension) cluster_size = config.attrs[i].val.clusterDim.x;
   const Key key{device, kernel, config.blockDim.x, config.dynamicSmemBytes, cluster_size};
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);

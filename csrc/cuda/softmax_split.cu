@@ -1,4 +1,5 @@
-// Split family, forward: workspace layout and the three launches (kernels in
+// Split family, forward: the resident kernel where a group of rows fits in
+// L2, else the three kernels with their workspace layout (kernels in
 // split_kernels.cuh).
 
 #include "cuda/launch.h"
@@ -9,7 +10,7 @@
 
 namespace softmax_ext::cuda {
 
-void split_forward(const Problem& p, const Buffers& b, void* workspace) {
+void split_forward(const Problem& p, const Buffers& b, void* workspace, bool resident) {
   const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_fast_pair(p.in_dtype, p.out_dtype, "softmax_ext cuda.split", [&](auto in_tag, auto out_tag) {
@@ -22,6 +23,15 @@ void split_forward(const Problem& p, const Buffers& b, void* workspace) {
     const auto* x = static_cast<const in_t*>(b.in0);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
+      using Epilogue = typename E::template ForwardFor<out_t>;
+      if (resident) {
+        auto* kernel = softmax_split_resident_kernel<Epilogue::template type, in_t, out_t, kPacks>;
+        const ResidentLaunch launch(reinterpret_cast<const void*>(kernel), p, workspace, stream);
+        C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, x, static_cast<out_t*>(b.out),
+                                          static_cast<MaxSum<acc_t>*>(launch.partials), launch.arrivals, layout,
+                                          launch.shape));
+        return;
+      }
       const SplitShape g = split_shape(p);
       softmax_split_stats_kernel<in_t, out_t, kPacks>
           <<<grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, stream>>>(x, partials, layout, g);
@@ -30,7 +40,7 @@ void split_forward(const Problem& p, const Buffers& b, void* workspace) {
           <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       constexpr int kDivisor = split_apply_divisor(sizeof(in_t), false);
-      softmax_split_apply_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks / kDivisor,
+      softmax_split_apply_kernel<Epilogue::template type, in_t, out_t, kPacks / kDivisor,
                                  split_apply_blocks_per_sm(sizeof(in_t), false)>
           <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(x, static_cast<out_t*>(b.out),
                                                                                  totals, layout, g);

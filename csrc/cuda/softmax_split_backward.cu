@@ -1,4 +1,5 @@
-// Split family, backward: workspace layout and the three launches (kernels in
+// Split family, backward: the resident kernel where a group of rows fits in
+// L2, else the three kernels with their workspace layout (kernels in
 // split_kernels.cuh).
 
 #include "cuda/launch.h"
@@ -9,7 +10,7 @@
 
 namespace softmax_ext::cuda {
 
-void split_backward(const Problem& p, const Buffers& b, void* workspace) {
+void split_backward(const Problem& p, const Buffers& b, void* workspace, bool resident) {
   const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_floating_type(p.out_dtype, "softmax_ext cuda.split_backward", [&](auto tag) {
@@ -22,15 +23,24 @@ void split_backward(const Problem& p, const Buffers& b, void* workspace) {
     const auto* y = static_cast<const scalar_t*>(b.in1);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
+      using Epilogue = typename E::template BackwardFor<scalar_t>;
+      if (resident) {
+        auto* kernel = softmax_split_resident_backward_kernel<Epilogue::template type, scalar_t, kPacks>;
+        const ResidentLaunch launch(reinterpret_cast<const void*>(kernel), p, workspace, stream);
+        C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, dy, y, static_cast<scalar_t*>(b.out),
+                                          static_cast<acc_t*>(launch.partials), launch.arrivals, layout,
+                                          launch.shape));
+        return;
+      }
       const SplitShape g = split_shape(p);
-      softmax_split_backward_stats_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, kPacks>
+      softmax_split_backward_stats_kernel<Epilogue::template type, scalar_t, kPacks>
           <<<grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, stream>>>(dy, y, partials, layout, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       softmax_split_backward_combine_kernel<acc_t>
           <<<grid_for_rows(g.rows), kSplitCombineThreads, 0, stream>>>(partials, totals, g);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       static_assert(split_apply_divisor(sizeof(scalar_t), true) == 1, "the backward apply keeps the stats tiles");
-      softmax_split_backward_apply_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, kPacks,
+      softmax_split_backward_apply_kernel<Epilogue::template type, scalar_t, kPacks,
                                           split_apply_blocks_per_sm(sizeof(scalar_t), true)>
           <<<grid_for_rows(g.rows * g.apply_tiles), kSplitThreads, 0, stream>>>(dy, y, static_cast<scalar_t*>(b.out),
                                                                                  totals, layout, g);

@@ -2,7 +2,8 @@
 // cluster holds, down to a single row of 2^28+ elements, spread over every SM.
 // A row is cut into tiles of blockDim.x * kPacks * P view positions (the
 // fragment layout of fragment.cuh), and the tiles into chunks of
-// consecutive tiles (config.h). Three kernels, no atomics:
+// consecutive tiles (config.h). Rows of which a group fits in L2 run on one
+// resident kernel (below); longer ones on three kernels, no atomics:
 //   stats    one block per chunk: the chunk's partial into the workspace
 //   combine  one block per row: the row's partials folded in chunk order
 //   apply    one block per (smaller) tile: the output from the row's
@@ -11,9 +12,16 @@
 // kernel read last are read first, while they may still sit in L2.
 #pragma once
 
+#include "cuda/block_kernels.cuh"  // persistent_clusters
 #include "cuda/common.cuh"
 #include "cuda/fragment.cuh"
+#include "cuda/launch.h"
 #include "cuda/reduce.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
 
 namespace softmax_ext::cuda {
 
@@ -199,6 +207,203 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
                                         [&](int k, int e) { return epilogue(gv[k][e], v[k][e]); });
   }
 }
+
+// Resident form (config.h, split_resident): one kernel whose blocks are all
+// resident at once (a cooperative launch) takes the rows in groups whose
+// reads fit in part of L2. Each row of a group is cut into blocks_per_row
+// slices of consecutive tiles, one per block. A block folds its slice,
+// publishes the partial and counts itself in on the row's arrival counter,
+// waits for the row's other blocks, folds the row's partials in slice order
+// (every block the same way, so all agree bit for bit) and writes its slice
+// in reverse: the last tile from the registers it was read into, the others
+// from L2, where the group's reads still are. No atomics take part in the
+// sums; the counters only order them.
+struct ResidentShape {
+  int64_t rows;
+  int64_t tiles;        // stats tiles per row
+  int64_t slice_tiles;  // tiles per slice
+  int blocks_per_row;
+  int group_rows;       // gridDim.x == group_rows * blocks_per_row
+};
+
+// Thread 0, after writing its block's partial: counts the block in.
+__device__ __forceinline__ void arrive(unsigned* counter) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+// Every thread of the block returns once `expected` blocks have arrived;
+// partials written before their arrival are then visible (read them with
+// __ldcg: this SM's L1 is not coherent with the writers').
+__device__ __forceinline__ void wait_arrivals(const unsigned* counter, unsigned expected) {
+  if (threadIdx.x == 0) {
+    unsigned seen;
+    while (true) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen >= expected) break;
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+}
+
+// This block's part of the grid: its slice of a row (the same in every
+// group), and its first row.
+struct ResidentSlice {
+  int64_t part;
+  int64_t first_row;
+  int64_t begin;
+  int64_t end;
+  __device__ __forceinline__ explicit ResidentSlice(const ResidentShape& g) {
+    part = blockIdx.x % static_cast<unsigned>(g.blocks_per_row);
+    first_row = blockIdx.x / static_cast<unsigned>(g.blocks_per_row);
+    begin = part * g.slice_tiles;
+    end = begin + g.slice_tiles < g.tiles ? begin + g.slice_tiles : g.tiles;
+  }
+};
+
+template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks>
+__global__ void __launch_bounds__(kSplitThreads, 2)
+    softmax_split_resident_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
+                                  MaxSum<acc_type<out_t>>* __restrict__ partials, unsigned* __restrict__ arrivals,
+                                  const RowIndexer<2> layout, const ResidentShape g) {
+  using acc_t = acc_type<out_t>;
+  constexpr int P = kPack<in_t>;
+  __shared__ MaxSum<acc_t> scratch[kWarpSize];
+  __shared__ acc_t value_scratch[kWarpSize];
+  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
+  const int64_t stride = int64_t{blockDim.x} * P;
+  const ResidentSlice slice(g);
+  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+    int64_t offset[2];
+    layout.row_offsets(row, offset);
+    const in_t* x_row = x + offset[0];
+    const RowView view = make_view(x_row, layout.axis_size, g.tiles * tile_positions);
+    MaxSum<acc_t> stats = empty_stats<acc_t>();
+    acc_t v[kPacks][P];  // after the loop: the slice's last tile
+    for (int64_t tile = slice.begin; tile < slice.end; ++tile) {
+      load_fragment<out_t>(x_row, view, tile * tile_positions + int64_t{threadIdx.x} * P, stride, v,
+                           neg_infinity<acc_t>());
+      const acc_t max = fragment_max(v);
+      stats = combine(stats, MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)});
+    }
+    stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
+    const MaxSum<acc_t>* row_partials = partials + row * g.blocks_per_row;
+    if (threadIdx.x == 0) {
+      partials[row * g.blocks_per_row + slice.part] = stats;
+      arrive(arrivals + row);
+    }
+    wait_arrivals(arrivals + row, g.blocks_per_row);
+
+    // The row's partials, as the split combine kernel folds them.
+    acc_t max = neg_infinity<acc_t>();
+    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x) max = NanMax{}(max, __ldcg(&row_partials[i].max));
+    max = block_all_reduce(max, NanMax{}, neg_infinity<acc_t>(), value_scratch);
+    acc_t sum = 0;
+    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x)
+      sum += rescaled_sum(MaxSum<acc_t>{__ldcg(&row_partials[i].max), __ldcg(&row_partials[i].sum)}, max);
+    sum = block_all_reduce(sum, Sum{}, acc_t(0), value_scratch);
+    const Epilogue<acc_t> epilogue(max, sum);
+
+    out_t* y_row = y + offset[1];
+    for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
+      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
+      if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+      store_fragment<out_t, kPacks, P>(y_row, view, first, stride, [&](int k, int e) { return epilogue(v[k][e]); });
+    }
+  }
+}
+
+template <template <typename> class Epilogue, typename scalar_t, int kPacks>
+__global__ void __launch_bounds__(kSplitThreads, 2)
+    softmax_split_resident_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,
+                                           scalar_t* __restrict__ dx, acc_type<scalar_t>* __restrict__ partials,
+                                           unsigned* __restrict__ arrivals, const RowIndexer<3> layout,
+                                           const ResidentShape g) {
+  using acc_t = acc_type<scalar_t>;
+  using Epi = Epilogue<acc_t>;
+  constexpr int P = kPack<scalar_t>;
+  __shared__ acc_t scratch[kWarpSize];
+  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
+  const int64_t stride = int64_t{blockDim.x} * P;
+  const ResidentSlice slice(g);
+  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+    int64_t offset[3];
+    layout.row_offsets(row, offset);
+    const scalar_t* dy_row = dy + offset[0];
+    const scalar_t* y_row = y + offset[1];
+    const RowView view = make_view(dy_row, layout.axis_size, g.tiles * tile_positions);
+    acc_t sum = 0;
+    acc_t gv[kPacks][P], v[kPacks][P];  // after the loop: the slice's last tile
+    for (int64_t tile = slice.begin; tile < slice.end; ++tile) {
+      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
+      if constexpr (Epi::kReduceReadsY) {
+        load_fragment_pair(dy_row, y_row, view, first, stride, gv, v);
+      } else {
+        load_fragment<scalar_t>(dy_row, view, first, stride, gv, acc_t(0));
+      }
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+        for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
+    }
+    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
+    const acc_t* row_partials = partials + row * g.blocks_per_row;
+    if (threadIdx.x == 0) {
+      partials[row * g.blocks_per_row + slice.part] = sum;
+      arrive(arrivals + row);
+    }
+    wait_arrivals(arrivals + row, g.blocks_per_row);
+    sum = 0;
+    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x) sum += __ldcg(&row_partials[i]);
+    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
+    const Epi epilogue(sum);
+
+    scalar_t* dx_row = dx + offset[2];
+    for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
+      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
+      if (tile != slice.end - 1) {
+        load_fragment_pair(dy_row, y_row, view, first, stride, gv, v);
+      } else if constexpr (!Epi::kReduceReadsY) {
+        load_fragment<scalar_t>(y_row, view, first, stride, v, acc_t(0));  // the sums read dy alone
+      }
+      store_fragment<scalar_t, kPacks, P>(dx_row, view, first, stride,
+                                          [&](int k, int e) { return epilogue(gv[k][e], v[k][e]); });
+    }
+  }
+}
+
+// Host: the cooperative launch of a resident kernel for p on `stream`, its
+// shape sized to the blocks the device holds at once; zeroes the arrival
+// counters. Not copyable: the configuration points at its own attribute.
+struct ResidentLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  ResidentShape shape{};
+  void* partials;
+  unsigned* arrivals;
+
+  ResidentLaunch(const void* kernel, const Problem& p, void* workspace, cudaStream_t stream)
+      : partials(workspace),
+        arrivals(reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + resident_partials_bytes(p))) {
+    config.blockDim = dim3(kSplitThreads);
+    config.gridDim = dim3(1);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const int64_t resident = persistent_clusters(kernel, config);
+    const int64_t tiles = split_tiles(p);
+    const int64_t group = std::min(resident_group_rows(p, l2_cache_bytes(p.device_index)), resident);
+    int64_t per_row = std::min({resident / group, tiles, kResidentMaxBlocksPerRow});
+    const int64_t slice = ceil_div(tiles, per_row);
+    per_row = ceil_div(tiles, slice);  // no empty slice
+    shape = {p.rows, tiles, slice, static_cast<int>(per_row), static_cast<int>(group)};
+    config.gridDim = dim3(static_cast<unsigned>(group * per_row));
+    C10_CUDA_CHECK(cudaMemsetAsync(arrivals, 0, p.rows * sizeof(unsigned), stream));
+  }
+  ResidentLaunch(const ResidentLaunch&) = delete;
+  ResidentLaunch& operator=(const ResidentLaunch&) = delete;
+};
 
 // Host: how the rows of p are cut.
 inline SplitShape split_shape(const Problem& p) {

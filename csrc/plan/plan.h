@@ -47,6 +47,7 @@ enum class KernelFamily : uint8_t {
   kCudaBlock,      // contiguous rows in one block's registers
   kCudaCluster,    // contiguous rows in a thread-block cluster's registers (sm_90+)
   kCudaSplit,      // contiguous rows of any length: tiles, workspace, three kernels
+  kCudaSplitResident,  // split rows of which a group fits in L2: one cooperative kernel
   kCudaStrided,    // strided axis with a contiguous inner run: column tiles
   kCudaStridedSplit,  // strided axis of any length, inner run: chunks, workspace, three kernels
 };

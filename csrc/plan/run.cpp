@@ -32,8 +32,11 @@ void run(const Plan& plan, const Buffers& buffers, void* workspace) {
                 : cuda::block_forward(p, buffers, max_cluster);
     }
     case KernelFamily::kCudaSplit:
-      return bw ? cuda::split_backward(p, buffers, workspace)
-                : cuda::split_forward(p, buffers, workspace);
+    case KernelFamily::kCudaSplitResident: {
+      const bool resident = plan.family == KernelFamily::kCudaSplitResident;
+      return bw ? cuda::split_backward(p, buffers, workspace, resident)
+                : cuda::split_forward(p, buffers, workspace, resident);
+    }
     case KernelFamily::kCudaStridedSplit:
       return bw ? cuda::strided_split_backward(p, buffers, workspace)
                 : cuda::strided_split_forward(p, buffers, workspace);

@@ -31,7 +31,8 @@ KernelFamily select_cpu(const Problem& p) {
 }
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
-// Contiguous rows by length: warp, block, cluster (sm_90+), then split. A
+// Contiguous rows by length: warp, block, cluster (sm_90+), then split
+// (resident where a group of at least two rows fits in part of L2). A
 // strided axis with an inner run goes to the strided family while a block or
 // cluster holds it (up to strided_reach), then to the strided split family.
 // The capacities are config.h's; other dtype= pairs and layouts run on the
@@ -48,7 +49,8 @@ KernelFamily select_cuda(const Problem& p) {
     if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
     if (max_cluster > 1 && n <= cuda::cluster_capacity(p.in_dtype, dbl, bw, max_cluster))
       return KernelFamily::kCudaCluster;
-    return KernelFamily::kCudaSplit;
+    return cuda::split_resident(p, cuda::l2_cache_bytes(p.device_index)) ? KernelFamily::kCudaSplitResident
+                                                                           : KernelFamily::kCudaSplit;
   }
   if (p.inner_size() >= cuda::kStridedMinInner)
     return n <= cuda::strided_reach(dbl, bw, bytes, max_cluster) ? KernelFamily::kCudaStrided
@@ -70,6 +72,7 @@ const char* kernel_family_name(KernelFamily f, Direction d) {
     case KernelFamily::kCudaBlock: return bw ? "cuda.block_backward" : "cuda.block";
     case KernelFamily::kCudaCluster: return bw ? "cuda.cluster_backward" : "cuda.cluster";
     case KernelFamily::kCudaSplit: return bw ? "cuda.split_backward" : "cuda.split";
+    case KernelFamily::kCudaSplitResident: return bw ? "cuda.split_resident_backward" : "cuda.split_resident";
     case KernelFamily::kCudaStrided: return bw ? "cuda.strided_backward" : "cuda.strided";
     case KernelFamily::kCudaStridedSplit: return bw ? "cuda.strided_split_backward" : "cuda.strided_split";
   }
@@ -122,6 +125,7 @@ Status can_implement(const Plan& plan, const Buffers& b) {
 int64_t workspace_size(const Plan& plan) {
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.family == KernelFamily::kCudaSplit) return cuda::split_workspace_bytes(plan.problem);
+  if (plan.family == KernelFamily::kCudaSplitResident) return cuda::resident_workspace_bytes(plan.problem);
   if (plan.family == KernelFamily::kCudaStridedSplit) return cuda::strided_split_workspace_bytes(plan.problem);
 #endif
   (void)plan;
