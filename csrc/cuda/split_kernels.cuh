@@ -61,6 +61,27 @@ struct SplitTile {
   }
 };
 
+// A row's partials folded into one, by every thread of the block, in the
+// same order wherever it runs: the max of their maxes, then their sums
+// rescaled to it (forward); their sum (backward). __ldcg: the partials may
+// come from other SMs in this launch (the resident form), past this SM's L1.
+template <typename acc_t>
+__device__ __forceinline__ MaxSum<acc_t> fold_partials(const MaxSum<acc_t>* part, int64_t count, acc_t* scratch) {
+  acc_t max = neg_infinity<acc_t>();
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) max = NanMax{}(max, __ldcg(&part[i].max));
+  max = block_all_reduce(max, NanMax{}, neg_infinity<acc_t>(), scratch);
+  acc_t sum = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x)
+    sum += rescaled_sum(MaxSum<acc_t>{__ldcg(&part[i].max), __ldcg(&part[i].sum)}, max);
+  return {max, block_all_reduce(sum, Sum{}, acc_t(0), scratch)};
+}
+template <typename acc_t>
+__device__ __forceinline__ acc_t fold_partials(const acc_t* part, int64_t count, acc_t* scratch) {
+  acc_t sum = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += __ldcg(&part[i]);
+  return block_all_reduce(sum, Sum{}, acc_t(0), scratch);
+}
+
 template <typename in_t, typename out_t, int kPacks>
 __global__ void __launch_bounds__(kSplitThreads, 2)
     softmax_split_stats_kernel(const in_t* __restrict__ x, MaxSum<acc_type<out_t>>* __restrict__ partials,
@@ -96,14 +117,8 @@ __global__ void __launch_bounds__(kSplitCombineThreads)
                                  MaxSum<acc_t>* __restrict__ totals, const SplitShape g) {
   __shared__ acc_t scratch[kWarpSize];
   for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
-    const MaxSum<acc_t>* part = partials + row * g.chunks;
-    acc_t max = neg_infinity<acc_t>();
-    for (int64_t i = threadIdx.x; i < g.chunks; i += blockDim.x) max = NanMax{}(max, part[i].max);
-    max = block_all_reduce(max, NanMax{}, neg_infinity<acc_t>(), scratch);
-    acc_t sum = 0;
-    for (int64_t i = threadIdx.x; i < g.chunks; i += blockDim.x) sum += rescaled_sum(part[i], max);
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
-    if (threadIdx.x == 0) totals[row] = {max, sum};
+    const MaxSum<acc_t> total = fold_partials(partials + row * g.chunks, g.chunks, scratch);
+    if (threadIdx.x == 0) totals[row] = total;
   }
 }
 
@@ -175,10 +190,8 @@ __global__ void __launch_bounds__(kSplitCombineThreads)
                                           const SplitShape g) {
   __shared__ acc_t scratch[kWarpSize];
   for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
-    acc_t sum = 0;
-    for (int64_t i = threadIdx.x; i < g.chunks; i += blockDim.x) sum += partials[row * g.chunks + i];
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
-    if (threadIdx.x == 0) totals[row] = sum;
+    const acc_t total = fold_partials(partials + row * g.chunks, g.chunks, scratch);
+    if (threadIdx.x == 0) totals[row] = total;
   }
 }
 
@@ -293,15 +306,8 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     }
     wait_arrivals(arrivals + row, g.blocks_per_row);
 
-    // The row's partials, as the split combine kernel folds them.
-    acc_t max = neg_infinity<acc_t>();
-    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x) max = NanMax{}(max, __ldcg(&row_partials[i].max));
-    max = block_all_reduce(max, NanMax{}, neg_infinity<acc_t>(), value_scratch);
-    acc_t sum = 0;
-    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x)
-      sum += rescaled_sum(MaxSum<acc_t>{__ldcg(&row_partials[i].max), __ldcg(&row_partials[i].sum)}, max);
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), value_scratch);
-    const Epilogue<acc_t> epilogue(max, sum);
+    const MaxSum<acc_t> total = fold_partials(row_partials, g.blocks_per_row, value_scratch);
+    const Epilogue<acc_t> epilogue(total.max, total.sum);
 
     out_t* y_row = y + offset[1];
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
@@ -352,10 +358,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       arrive(arrivals + row);
     }
     wait_arrivals(arrivals + row, g.blocks_per_row);
-    sum = 0;
-    for (int i = threadIdx.x; i < g.blocks_per_row; i += blockDim.x) sum += __ldcg(&row_partials[i]);
-    sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
-    const Epi epilogue(sum);
+    const Epi epilogue(fold_partials(row_partials, g.blocks_per_row, scratch));
 
     scalar_t* dx_row = dx + offset[2];
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
