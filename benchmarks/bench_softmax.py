@@ -69,6 +69,10 @@ def gpu_cases(quick):
         # rows past a cluster's reach, a group of which fits in L2 (cuda.split_resident)
         cases += [Case("mid-long-row", (256, 1 << 20), -1, "f32"), Case("mid-long-row", (1024, 600000), -1, "f32"),
                   Case("mid-long-row", (512, 1 << 21), -1, "bf16")]
+        # lengths off the powers of two: rows that fill their lane group partly,
+        # 16-bit rows starting off 16-byte boundaries
+        cases += [Case("odd-row", (GIB // (n * DTYPES[d].itemsize), n), -1, d)
+                  for d, n in (("f32", 100), ("f32", 200), ("bf16", 777), ("bf16", 1500), ("f16", 1000))]
     cases += [Case("mid-axis", (32, 1024, 4096), 1, "f32"),
               Case("transposed", (8192, 8192), -1, "f32", transposed=True)]
     if not quick:  # a short axis over channels, as in channels-first segmentation heads
@@ -275,7 +279,7 @@ def parse_args():
     parser.add_argument("--op", default=",".join(OPS), help="comma list of softmax, log_softmax")
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
-                        "(groups: last-axis, long-row, mid-long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
+                        "(groups: last-axis, odd-row, long-row, mid-long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
                         "transposed, vocab)")
     parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
                         "default: every available peer")

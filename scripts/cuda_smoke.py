@@ -21,6 +21,7 @@ def cases():
 
     yield rnd(7, 1025), -1          # contiguous rows (warp or block family)
     yield rnd(37, 5), -1            # tiny rows: lane groups of a warp
+    yield rnd(50, 101)[:, 1:], -1   # warp rows filling their lane group partly, off a 16-byte boundary
     yield rnd(3, 200, 5)[:, :, 1:], 1  # strided, unaligned
     yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
     yield rnd(2, 70001), -1         # cluster family (sm_90) or split

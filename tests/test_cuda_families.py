@@ -204,14 +204,16 @@ def test_strided_thresholds(kind, dtype, backward, max_cluster):
     check_family(kind, dtype, (100, inner - 1), 0, "cuda.reference" + bw, backward)
 
 
-WARP_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 500,
-                512, 513, 768, 1000, 1023, 1024]
+WARP_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 100, 127, 128, 129, 200, 255, 256,
+                257, 300, 500, 512, 513, 768, 1000, 1023, 1024]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=["f32", "f16", "f64"])
 def test_warp_lengths_and_offsets(dtype):
-    """Every lane-group size, and rows starting at every offset within a 16-byte vector."""
+    """Every lane-group size, and rows starting at every offset within a 16-byte vector,
+    forward and backward (rows that fill their lane group partly or exactly)."""
     cap = expected_limits(dtype, False, 1)["warp"]
+    cap_backward = expected_limits(dtype, True, 1)["warp"]
     for n in [n for n in WARP_LENGTHS if n <= cap]:
         for start in (0, 1, 3):
             base = make_input((37, n + start + 2), dtype, "cuda", seed=n)
@@ -220,6 +222,13 @@ def test_warp_lengths_and_offsets(dtype):
                 out = ours(kind)(x, -1)
                 assert_close_verbose(out, reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
                                      **tolerances(kind, dtype, n))
+                if n > cap_backward:
+                    continue
+                dy = make_input((37, n + start + 2), dtype, "cuda", seed=n + 1)[:, start : start + n]
+                name = kind + "_backward"
+                dx = ours(name)(dy, out, -1)
+                assert_close_verbose(dx, reference_backward(name, dy, out, -1), msg=f"{name} n={n} start={start}",
+                                     **tolerances(name, dtype, n))
 
 
 @pytest.mark.parametrize("n", [1500, 4097, 20000, 40000, 100003])

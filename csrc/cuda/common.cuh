@@ -434,6 +434,8 @@ inline int64_t next_pow2(int64_t v) {
   while (p < v) p *= 2;
   return p;
 }
+// The largest power of two not above v (v >= 1).
+inline int64_t prev_pow2(int64_t v) { return next_pow2(v + 1) / 2; }
 
 // Calls f(std::true_type{}) or f(std::false_type{}): a runtime flag as a
 // template argument.
