@@ -9,14 +9,17 @@
 
 namespace softmax_ext::cuda {
 
-WarpShape warp_shape(int64_t needed, int pack, int max_packs, int target_packs, bool backward) {
+WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward) {
   const int64_t packs_needed = ceil_div(needed, pack);
   const int64_t holding = next_pow2(ceil_div(packs_needed, max_packs));
-  const int64_t per_lane = std::min(target_packs, max_packs);
+  const int64_t per_lane = std::min<int64_t>(warp_target_packs(kVectorBytes / pack, backward, packs_needed), max_packs);
   const int64_t lanes = backward ? next_pow2(ceil_div(packs_needed, per_lane))
                                  : prev_pow2(std::max<int64_t>(packs_needed / per_lane, 1));
+  // Rows of four packs a lane keep kWarpMinWideGroup lanes where each still
+  // gets two packs.
+  const int64_t wide_floor = per_lane > 2 ? std::min<int64_t>(next_pow2(packs_needed) / 2, kWarpMinWideGroup) : 1;
   const int64_t group =
-      std::clamp<int64_t>(std::max(holding, lanes), std::min<int64_t>(packs_needed, kWarpMinGroup), kWarpSize);
+      std::clamp<int64_t>(std::max({holding, lanes, wide_floor}), std::min<int64_t>(packs_needed, kWarpMinGroup), kWarpSize);
   const int64_t packs = std::min<int64_t>(next_pow2(ceil_div(packs_needed, group)), max_packs);
   return {static_cast<int>(group), static_cast<int>(packs)};
 }
@@ -34,8 +37,7 @@ void warp_forward(const Problem& p, const Buffers& b) {
     constexpr int P = kPack<in_t>;
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
     const WarpShape shape =
-        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks,
-                   warp_target_packs(sizeof(in_t), false), false);
+        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks, false);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {

@@ -16,8 +16,7 @@ void warp_backward(const Problem& p, const Buffers& b) {
     constexpr int P = kPack<scalar_t>;
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
     const WarpShape shape =
-        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)), P, kMaxPacks,
-                   warp_target_packs(sizeof(scalar_t), true), true);
+        warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)), P, kMaxPacks, true);
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {

@@ -39,11 +39,26 @@ struct WarpShape {
 // (bf16 rows of 512: 97% with four, 90% with two). Fewer lanes lost
 // coalescing: f32 rows of 32 over two lanes of four packs ran at 91%
 // (backward 82%), rows of 16 and bf16 rows of 32 in one lane at 66-73%.
+// f32 forward rows of a power of two of packs take two packs a lane, other
+// f32 rows four: their lanes with packs past the row's end pay bounds tests
+// on every pack, which fewer lanes with more packs amortise. f64 forward
+// rows take four (two values a pack). Measured on H200, two -> four packs:
+// f32 rows of 32 98.1 -> 90.5, 64 97.4 -> 96.5, 128 98.2 -> 97.1, 512 and
+// 1024 equal; rows of 100 76.0 -> 78.3, 200 93.7 -> 96.6, 300 79.3 -> 87.1;
+// f64 rows of 100 76.0 -> 82.7, 32 87.5 -> 96.7, 64 79.3 -> 97.8, 128
+// 77.9 -> 97.6. Rows of four packs a lane keep at least kWarpMinWideGroup
+// lanes (64 bytes of f32 per access) where each still gets two packs: f32
+// rows of 48 over two lanes of eight packs ran at 78.2, over four lanes of
+// four at 94.0; f64 rows of 8 over four lanes of one pack at 63.4, over two
+// lanes of two at 86.0.
 constexpr int kWarpMinGroup = 2;
-constexpr int warp_target_packs(int64_t element_bytes, bool backward) {
-  return !backward && element_bytes == 2 ? 4 : 2;
+constexpr int kWarpMinWideGroup = 4;
+constexpr int warp_target_packs(int64_t element_bytes, bool backward, int64_t packs_needed) {
+  if (backward) return 2;
+  if (element_bytes == 4) return (packs_needed & (packs_needed - 1)) == 0 ? 2 : 4;
+  return 4;
 }
-WarpShape warp_shape(int64_t needed, int pack, int max_packs, int target_packs, bool backward);
+WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward);
 unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs);
 
 // Rows of the whole block are processed together; the loop bound is uniform
