@@ -196,6 +196,13 @@ constexpr int kStridedWideClusterMax = 2;
 // dim 1: 66.1 -> 78.0; 2 x 1024 backward 71.8 -> 84.0). Clusters of
 // 512-thread blocks are not: on (8192, 8192).t() a persistent grid of them
 // ran at 47.9 against 51.5.
+// Staging the next tile in shared memory (cp.async, as the cluster family
+// stages rows) on a persistent grid lost too, on H200, % of the copy
+// bandwidth: (8192, 8192).t() f32 forward 59.8 -> 51.0, backward 59.6 ->
+// 52.1, bf16 forward 50.3 -> 34.4; (32, 1024, 4096) dim 1 f32 backward 91.2
+// -> 81.3. So did ordering the tiles so that the clusters running at once
+// spread across the inner run (59.9 -> 44.7): neighbouring tiles read at the
+// same time are what the memory serves best.
 constexpr bool strided_persistent(int threads) { return threads > kClusterBlockThreads; }
 constexpr int64_t kStridedMinInner = 4;
 constexpr int kStridedTileBytes = 128;
