@@ -66,9 +66,10 @@ def gpu_cases(quick):
     if not quick:
         cases += [Case("long-row", (1, 1 << 28), -1, "f32"), Case("long-row", (4, 1 << 24), -1, "f32"),
                   Case("short-row", (1 << 24, 16), -1, "f32")]
-        # rows past a cluster's reach, a group of which fits in L2 (cuda.split_resident)
+        # rows past a cluster's reach that the GPU holds on chip (cuda.split_resident)
         cases += [Case("mid-long-row", (256, 1 << 20), -1, "f32"), Case("mid-long-row", (1024, 600000), -1, "f32"),
-                  Case("mid-long-row", (512, 1 << 21), -1, "bf16")]
+                  Case("mid-long-row", (512, 1 << 21), -1, "bf16"), Case("mid-long-row", (64, 1 << 22), -1, "f32"),
+                  Case("mid-long-row", (16, 1 << 23), -1, "bf16")]
         # lengths off the powers of two: rows that fill their lane group partly,
         # 16-bit rows starting off 16-byte boundaries
         cases += [Case("odd-row", (GIB // (n * DTYPES[d].itemsize), n), -1, d)

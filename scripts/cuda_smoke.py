@@ -26,7 +26,8 @@ def cases():
     yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
     yield rnd(2, 70001), -1         # cluster family (sm_90) or split
     yield rnd(40, 200003)[:, 3:], -1  # clusters taking several rows each, staged, unaligned
-    yield rnd(1, 600001), -1        # split family (workspace)
+    yield rnd(1, 600001), -1        # resident split family, one row
+    yield rnd(1, 9000001), -1       # split family (three kernels, workspace): past the resident reach
     yield rnd(5, 600004)[:, 3:], -1  # resident split family: arrival counters, rows off the 16-byte grid
     yield rnd(3000, 40), 0          # strided family across a cluster
     yield rnd(17000, 9)[:, 1:], 0   # strided split family (an axis past 16384), chunks and a workspace

@@ -55,11 +55,20 @@ def expected_limits(dtype, backward, max_cluster):
         "strided": min(1024 * e // max(16 // element_size, 1) * max(max_cluster, 1), 16384),
         "split_tile": 512 * e,
         "strided_min_inner": 4,
-        # split rows of which two read at most half of L2 run resident
-        "split_resident": torch.cuda.get_device_properties(0).L2_cache_size // 2 // 2
-        // (element_size * (2 if backward else 1)),
-        "split_resident_min_rows": 2,
+        "split_resident": resident_capacity(e, element_size, backward),
     }
+
+
+def resident_capacity(e, element_size, backward):
+    """Split rows that the GPU's blocks hold on chip run resident: two
+    512-thread blocks per SM, each keeping a tile of 512 * e positions in
+    registers and as many as its half of the SM's shared memory takes (less
+    the 1 KB the hardware reserves per block and 1 KB for the kernel's own);
+    the tiles cover the row and pack - 1 positions."""
+    props = torch.cuda.get_device_properties(0)
+    tile_thread_bytes = (2 if backward else 1) * e * element_size
+    held = min((props.shared_memory_per_multiprocessor // 2 - 2048) // (tile_thread_bytes * 512), 32)
+    return props.multi_processor_count * 2 * (held + 1) * 512 * e - (16 // element_size - 1)
 
 
 def tolerances(name, dtype, n):
@@ -115,14 +124,14 @@ def test_limit_values(sx, dtype, backward, max_cluster):
 def contiguous_cases(dtype, backward, max_cluster):
     lim = expected_limits(dtype, backward, max_cluster)
     bw = "_backward" if backward else ""
-    big = "cuda.cluster" if max_cluster > 1 else "cuda.split"
+    big = "cuda.cluster" if max_cluster > 1 else "cuda.split_resident"
     cases = [
         (1, "cuda.warp"), (lim["warp"], "cuda.warp"),
         (lim["warp"] + 1, "cuda.block"), (lim["block"], "cuda.block"),
         (lim["block"] + 1, big),
     ]
     if max_cluster > 1:
-        cases += [(lim["cluster"], "cuda.cluster"), (lim["cluster"] + 1, "cuda.split")]
+        cases += [(lim["cluster"], "cuda.cluster"), (lim["cluster"] + 1, "cuda.split_resident")]
     if dtype in (torch.bfloat16, torch.float16) and PACKED_MIN_ROW < lim["block"]:
         # block rows of 16-bit values longer than this stay packed in registers
         cases += [(PACKED_MIN_ROW, "cuda.block"), (PACKED_MIN_ROW + 1, "cuda.block")]
@@ -144,17 +153,15 @@ def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=["f32", "bf16", "f64"])
 def test_split_resident_thresholds(sx, kind, dtype, backward, max_cluster):
-    """Split rows run on one resident kernel from split_resident_min_rows rows
-    of at most split_resident elements; one row more or one element more
-    takes the three kernels."""
+    """Split rows of at most split_resident elements run on one resident
+    kernel, one row or many; one element more takes the three kernels."""
     lim = sx.plan_limits(torch.empty(1, dtype=dtype, device="cuda"), backward=backward)
     bw = "_backward" if backward else ""
     first_split = (lim["cluster"] if max_cluster > 1 else lim["block"]) + 1
-    rows = lim["split_resident_min_rows"]
     cap = lim["split_resident"]
     assert cap > first_split
-    for shape, family in [((rows, first_split), "cuda.split_resident"), ((rows, cap), "cuda.split_resident"),
-                          ((rows, cap + 1), "cuda.split"), ((rows - 1, cap), "cuda.split")]:
+    for shape, family in [((2, first_split), "cuda.split_resident"), ((1, cap), "cuda.split_resident"),
+                          ((2, cap), "cuda.split_resident"), ((1, cap + 1), "cuda.split")]:
         check_family(kind, dtype, shape, -1, family + bw, backward)
 
 

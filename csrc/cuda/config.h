@@ -287,39 +287,43 @@ inline int64_t workspace_bytes(const Problem& p, int64_t chunks) {
   return partials_bytes(p, chunks) + p.rows * split_value_bytes(p);
 }
 inline int64_t split_partials_bytes(const Problem& p) { return partials_bytes(p, split_chunks(p)); }
-// Resident split: rows short enough that kResidentMinGroupRows of them read
-// at most 1/kResidentL2Share of L2 run in one cooperative kernel, a group of
-// rows at a time over the whole GPU (split_kernels.cuh), so the second read
-// of each row comes from L2 and the registers. Longer rows keep the three
-// kernels: a group of one row waits on its slowest block every row, with a
-// tile or two per block. Measured on H200, % of the copy bandwidth, three
-// kernels -> resident (L2 / 2 per group; L2 / 4 and L2 * 0.8 were slower):
-//   f32  (1024, 600000) forward 64.0 -> 74.7; (256, 2^20) 65.2 -> 71.8,
-//        log_softmax backward 76.1 -> 78.4; bf16 (512, 2^21) log_softmax
-//        forward 53.9 -> 67.3
-//   groups of one row: f32 (64, 2^22) forward 64.5 -> 56.8, (4, 2^24)
-//        61.1 -> 59.4, (1, 2^28) 65.5 -> 63.7
-// (Starting the next group's sums before finishing a row, to hide the wait,
-// was slower on every shape: the two groups' reads crowd each other out of
-// L2.)
-constexpr int64_t kResidentL2Share = 2;
-constexpr int64_t kResidentMinGroupRows = 2;
+// Resident split: rows whose tiles the whole GPU holds at once run in one
+// cooperative kernel, a group of rows at a time (split_kernels.cuh). Each
+// block keeps the first tiles of its slice in shared memory (as many as its
+// share of the SM's takes with kResidentBlocksPerSM blocks per SM) and the
+// last in registers, so x (dy and y) is read from global memory once, as by
+// the cluster family. Longer rows take the three kernels.
+// Measured on H200, % of the copy bandwidth (lab runs):
+//   earlier resident kernel (groups reading half of L2, the second read of
+//   a row from L2) -> tiles held in shared memory:
+//     f32  (1024, 600000) forward 62.7 -> 76.6; (256, 2^20) 71.7 -> 74.3
+//     bf16 (1024, 600000) backward 72.3 -> 84.5; (512, 2^21) log_softmax
+//          forward 66.1 -> 69.4
+//   rows past half of L2, held, against the same kernel without holding:
+//     f32  (16, 2^23) forward 58.0 -> 68.3
+constexpr int kResidentBlocksPerSM = 2;
+constexpr int64_t kResidentMaxHeldTiles = 32;  // one bit each (HeldTiles, staging.cuh)
 constexpr int64_t kResidentMaxBlocksPerRow = 1024;
-// Bytes a row's sums read: x, or dy and y (the log_softmax backward's read
-// dy alone, but its apply reads both).
-inline int64_t split_row_bytes(const Problem& p) {
-  return p.axis_size * static_cast<int64_t>(c10::elementSize(p.in_dtype)) * (p.is_backward() ? 2 : 1);
+// Shared memory a held tile takes per thread: its packs of x (dy and y).
+constexpr int64_t resident_tile_thread_bytes(int64_t in_bytes, bool double_acc, bool backward) {
+  return (backward ? 2 : 1) * elems_per_thread(double_acc, backward) * in_bytes;
 }
-inline int64_t resident_group_rows(const Problem& p, int64_t l2_bytes) {
-  return std::clamp<int64_t>(l2_bytes / kResidentL2Share / std::max<int64_t>(split_row_bytes(p), 1), 1, p.rows);
+constexpr int64_t resident_held_tiles(int64_t shared_per_block, int64_t in_bytes, bool double_acc, bool backward) {
+  return std::clamp<int64_t>(
+      shared_per_block / (resident_tile_thread_bytes(in_bytes, double_acc, backward) * kSplitThreads), 0,
+      kResidentMaxHeldTiles);
 }
-// The longest row that runs resident (given two rows or more).
-inline int64_t split_resident_capacity(c10::ScalarType in, bool backward, int64_t l2_bytes) {
-  return l2_bytes / kResidentL2Share / kResidentMinGroupRows /
-         (static_cast<int64_t>(c10::elementSize(in)) * (backward ? 2 : 1));
+// The longest row that runs resident: every block the GPU holds keeps its
+// held tiles and one more (the tiles cover the row and pack - 1, fragment.cuh).
+constexpr int64_t split_resident_capacity(int64_t in_bytes, bool double_acc, bool backward,
+                                          int64_t shared_per_block, int64_t sms) {
+  return sms * kResidentBlocksPerSM * (resident_held_tiles(shared_per_block, in_bytes, double_acc, backward) + 1) *
+             split_tile(double_acc, backward) -
+         (pack_size(in_bytes) - 1);
 }
-inline bool split_resident(const Problem& p, int64_t l2_bytes) {
-  return p.rows >= kResidentMinGroupRows && p.axis_size <= split_resident_capacity(p.in_dtype, p.is_backward(), l2_bytes);
+inline bool split_resident(const Problem& p, int64_t shared_per_block, int64_t sms) {
+  return p.axis_size <= split_resident_capacity(c10::elementSize(p.in_dtype), p.out_dtype == c10::ScalarType::Double,
+                                                p.is_backward(), shared_per_block, sms);
 }
 // Its workspace: a partial per block of each row, then a counter per row.
 inline int64_t resident_partials_bytes(const Problem& p) {

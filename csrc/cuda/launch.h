@@ -59,5 +59,8 @@ int device_arch(int device);
 int max_cluster_size(int device);
 // The L2 cache's size in bytes (the split family sizes its row groups to it).
 int l2_cache_bytes(int device);
+// Dynamic shared memory a block may take with `blocks` blocks per SM.
+int shared_bytes_per_block(int device, int blocks);
+int sm_count(int device);
 
 }  // namespace softmax_ext::cuda

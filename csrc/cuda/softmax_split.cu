@@ -26,6 +26,8 @@ void split_forward(const Problem& p, const Buffers& b, void* workspace, bool res
       using Epilogue = typename E::template ForwardFor<out_t>;
       if (resident) {
         auto* kernel = softmax_split_resident_kernel<Epilogue::template type, in_t, out_t, kPacks>;
+        static_assert(HeldTiles<1, kPacks>::kTileBytes ==
+                      resident_tile_thread_bytes(sizeof(in_t), is_double_acc_v<out_t>, false));
         const ResidentLaunch launch(reinterpret_cast<const void*>(kernel), p, workspace, stream);
         C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, x, static_cast<out_t*>(b.out),
                                           static_cast<MaxSum<acc_t>*>(launch.partials), launch.arrivals, layout,

@@ -26,6 +26,8 @@ void split_backward(const Problem& p, const Buffers& b, void* workspace, bool re
       using Epilogue = typename E::template BackwardFor<scalar_t>;
       if (resident) {
         auto* kernel = softmax_split_resident_backward_kernel<Epilogue::template type, scalar_t, kPacks>;
+        static_assert(HeldTiles<2, kPacks>::kTileBytes ==
+                      resident_tile_thread_bytes(sizeof(scalar_t), is_double_acc_v<scalar_t>, true));
         const ResidentLaunch launch(reinterpret_cast<const void*>(kernel), p, workspace, stream);
         C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, dy, y, static_cast<scalar_t*>(b.out),
                                           static_cast<acc_t*>(launch.partials), launch.arrivals, layout,

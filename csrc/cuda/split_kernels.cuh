@@ -17,6 +17,7 @@
 #include "cuda/fragment.cuh"
 #include "cuda/launch.h"
 #include "cuda/reduce.cuh"
+#include "cuda/staging.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
@@ -222,21 +223,24 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
 }
 
 // Resident form (config.h, split_resident): one kernel whose blocks are all
-// resident at once (a cooperative launch) takes the rows in groups whose
-// reads fit in part of L2. Each row of a group is cut into blocks_per_row
-// slices of consecutive tiles, one per block. A block folds its slice,
-// publishes the partial and counts itself in on the row's arrival counter,
-// waits for the row's other blocks, folds the row's partials in slice order
-// (every block the same way, so all agree bit for bit) and writes its slice
-// in reverse: the last tile from the registers it was read into, the others
-// from L2, where the group's reads still are. No atomics take part in the
-// sums; the counters only order them.
+// resident at once (a cooperative launch) takes the rows in groups, a row
+// cut into blocks_per_row slices of consecutive tiles, one per block. A
+// block copies the first tiles of its slice into shared memory (HeldTiles,
+// staging.cuh), folds its slice, publishes the partial and counts itself in
+// on the row's arrival counter, waits for the row's other blocks, folds the
+// row's partials in slice order (every block the same way, so all agree bit
+// for bit) and writes its slice in reverse: the last tile from the registers
+// it was read into, the held ones from shared memory, any others (a slice
+// longer than the block holds, where fewer blocks are resident than planned)
+// from L2 or memory. No atomics take part in the sums; the counters only
+// order them.
 struct ResidentShape {
   int64_t rows;
   int64_t tiles;        // stats tiles per row
   int64_t slice_tiles;  // tiles per slice
   int blocks_per_row;
   int group_rows;       // gridDim.x == group_rows * blocks_per_row
+  int held_tiles;       // tiles of a slice a block may hold in shared memory
 };
 
 // Thread 0, after writing its block's partial: counts the block in.
@@ -271,6 +275,11 @@ struct ResidentSlice {
     begin = part * g.slice_tiles;
     end = begin + g.slice_tiles < g.tiles ? begin + g.slice_tiles : g.tiles;
   }
+  // Tiles held in shared memory, the slice's first: all but the last tile,
+  // which stays in registers, up to g.held_tiles.
+  __device__ __forceinline__ int held(const ResidentShape& g) const {
+    return end - begin - 1 < g.held_tiles ? static_cast<int>(end - begin - 1) : g.held_tiles;
+  }
 };
 
 template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks>
@@ -280,23 +289,43 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
                                   const RowIndexer<2> layout, const ResidentShape g) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
+  extern __shared__ __align__(kVectorBytes) unsigned char held_shared[];
   __shared__ MaxSum<acc_t> scratch[kWarpSize];
   __shared__ acc_t value_scratch[kWarpSize];
   const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
   const int64_t stride = int64_t{blockDim.x} * P;
   const ResidentSlice slice(g);
+  const int held_count = slice.held(g);
+  auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
+  auto tile_stats = [&](acc_t(&v)[kPacks][P]) {
+    const acc_t max = fragment_max(v);
+    return MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)};
+  };
   for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
     const in_t* x_row = x + offset[0];
     const RowView view = make_view(x_row, layout.axis_size, g.tiles * tile_positions);
+    HeldTiles<1, kPacks> held(held_shared);
+    const in_t* const rows[1] = {x_row};
+    for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+    cp_async_commit();
+
+    // The streamed tiles, the held ones (arrived meanwhile) before the last,
+    // which stays in v.
     MaxSum<acc_t> stats = empty_stats<acc_t>();
-    acc_t v[kPacks][P];  // after the loop: the slice's last tile
-    for (int64_t tile = slice.begin; tile < slice.end; ++tile) {
-      load_fragment<out_t>(x_row, view, tile * tile_positions + int64_t{threadIdx.x} * P, stride, v,
-                           neg_infinity<acc_t>());
-      const acc_t max = fragment_max(v);
-      stats = combine(stats, MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)});
+    acc_t v[kPacks][P];
+    for (int64_t tile = slice.begin + held_count; tile < slice.end; ++tile) {
+      if (tile == slice.end - 1) {
+        cp_async_wait_all();
+        for (int h = 0; h < held_count; ++h) {
+          if (held.has(h)) held.template read<out_t, in_t>(h, 0, v);
+          else load_fragment<out_t>(x_row, view, tile_first(slice.begin + h), stride, v, neg_infinity<acc_t>());
+          stats = combine(stats, tile_stats(v));
+        }
+      }
+      load_fragment<out_t>(x_row, view, tile_first(tile), stride, v, neg_infinity<acc_t>());
+      stats = combine(stats, tile_stats(v));
     }
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     const MaxSum<acc_t>* row_partials = partials + row * g.blocks_per_row;
@@ -309,10 +338,14 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const MaxSum<acc_t> total = fold_partials(row_partials, g.blocks_per_row, value_scratch);
     const Epilogue<acc_t> epilogue(total.max, total.sum);
 
+    // Written in reverse: the register tile, the streamed ones from L2, the
+    // held ones from shared memory.
     out_t* y_row = y + offset[1];
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
-      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
-      if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+      const int64_t first = tile_first(tile);
+      const int h = static_cast<int>(tile - slice.begin);
+      if (h < held_count && held.has(h)) held.template read<out_t, in_t>(h, 0, v);
+      else if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
       store_fragment<out_t, kPacks, P>(y_row, view, first, stride, [&](int k, int e) { return epilogue(v[k][e]); });
     }
   }
@@ -327,29 +360,55 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
+  extern __shared__ __align__(kVectorBytes) unsigned char held_shared[];
   __shared__ acc_t scratch[kWarpSize];
   const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
   const int64_t stride = int64_t{blockDim.x} * P;
   const ResidentSlice slice(g);
+  const int held_count = slice.held(g);
+  auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
+  auto tile_sum = [&](acc_t(&gv)[kPacks][P], acc_t(&v)[kPacks][P]) {
+    acc_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
+    return sum;
+  };
   for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
     int64_t offset[3];
     layout.row_offsets(row, offset);
     const scalar_t* dy_row = dy + offset[0];
     const scalar_t* y_row = y + offset[1];
     const RowView view = make_view(dy_row, layout.axis_size, g.tiles * tile_positions);
+    // Held tiles keep dy and y (the log_softmax sums read dy alone, its
+    // output both).
+    HeldTiles<2, kPacks> held(held_shared);
+    const scalar_t* const rows[2] = {dy_row, y_row};
+    for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+    cp_async_commit();
+
     acc_t sum = 0;
     acc_t gv[kPacks][P], v[kPacks][P];  // after the loop: the slice's last tile
-    for (int64_t tile = slice.begin; tile < slice.end; ++tile) {
-      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
-      if constexpr (Epi::kReduceReadsY) {
-        load_fragment_pair(dy_row, y_row, view, first, stride, gv, v);
-      } else {
-        load_fragment<scalar_t>(dy_row, view, first, stride, gv, acc_t(0));
+    for (int64_t tile = slice.begin + held_count; tile < slice.end; ++tile) {
+      if (tile == slice.end - 1) {
+        cp_async_wait_all();
+        for (int h = 0; h < held_count; ++h) {
+          if (held.has(h)) {
+            held.template read<scalar_t, scalar_t>(h, 0, gv);
+            held.template read<scalar_t, scalar_t>(h, 1, v);
+          } else {
+            load_fragment_pair(dy_row, y_row, view, tile_first(slice.begin + h), stride, gv, v);
+          }
+          sum += tile_sum(gv, v);
+        }
       }
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-        for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
+      if constexpr (Epi::kReduceReadsY) {
+        load_fragment_pair(dy_row, y_row, view, tile_first(tile), stride, gv, v);
+      } else {
+        load_fragment<scalar_t>(dy_row, view, tile_first(tile), stride, gv, acc_t(0));
+      }
+      sum += tile_sum(gv, v);
     }
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
     const acc_t* row_partials = partials + row * g.blocks_per_row;
@@ -362,8 +421,12 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
 
     scalar_t* dx_row = dx + offset[2];
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
-      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
-      if (tile != slice.end - 1) {
+      const int64_t first = tile_first(tile);
+      const int h = static_cast<int>(tile - slice.begin);
+      if (h < held_count && held.has(h)) {
+        held.template read<scalar_t, scalar_t>(h, 0, gv);
+        held.template read<scalar_t, scalar_t>(h, 1, v);
+      } else if (tile != slice.end - 1) {
         load_fragment_pair(dy_row, y_row, view, first, stride, gv, v);
       } else if constexpr (!Epi::kReduceReadsY) {
         load_fragment<scalar_t>(y_row, view, first, stride, v, acc_t(0));  // the sums read dy alone
@@ -376,7 +439,10 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
 
 // Host: the cooperative launch of a resident kernel for p on `stream`, its
 // shape sized to the blocks the device holds at once; zeroes the arrival
-// counters. Not copyable: the configuration points at its own attribute.
+// counters. A row takes the fewest blocks that hold it (held tiles and one
+// in registers each), as many rows at once as the other blocks take, and
+// then every block the device holds is given a slice of a row of the group.
+// Not copyable: the configuration points at its own attribute.
 struct ResidentLaunch {
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
@@ -394,13 +460,20 @@ struct ResidentLaunch {
     attribute.val.cooperative = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
+    const bool dbl = p.out_dtype == c10::ScalarType::Double;
+    const int64_t in_bytes = static_cast<int64_t>(c10::elementSize(p.in_dtype));
+    const int64_t held_tiles = resident_held_tiles(shared_bytes_per_block(p.device_index, kResidentBlocksPerSM),
+                                                   in_bytes, dbl, p.is_backward());
+    config.dynamicSmemBytes =
+        static_cast<size_t>(held_tiles * resident_tile_thread_bytes(in_bytes, dbl, p.is_backward()) * kSplitThreads);
     const int64_t resident = persistent_clusters(kernel, config);
     const int64_t tiles = split_tiles(p);
-    const int64_t group = std::min(resident_group_rows(p, l2_cache_bytes(p.device_index)), resident);
+    const int64_t holding = std::min({ceil_div(tiles, held_tiles + 1), resident, kResidentMaxBlocksPerRow});
+    const int64_t group = std::clamp<int64_t>(resident / holding, 1, p.rows);
     int64_t per_row = std::min({resident / group, tiles, kResidentMaxBlocksPerRow});
     const int64_t slice = ceil_div(tiles, per_row);
     per_row = ceil_div(tiles, slice);  // no empty slice
-    shape = {p.rows, tiles, slice, static_cast<int>(per_row), static_cast<int>(group)};
+    shape = {p.rows, tiles, slice, static_cast<int>(per_row), static_cast<int>(group), static_cast<int>(held_tiles)};
     config.gridDim = dim3(static_cast<unsigned>(group * per_row));
     C10_CUDA_CHECK(cudaMemsetAsync(arrivals, 0, p.rows * sizeof(unsigned), stream));
   }

@@ -107,6 +107,58 @@ struct RowStage {
   __device__ __forceinline__ uint4 pack(int f, int k) const { return load_shared_16(base + offset(f, k)); }
 };
 
+// Tiles of a row held in shared memory through a kernel's two passes over
+// them (the resident split kernels, split_kernels.cuh): tile h's pack k of
+// operand f sits in slot ((h * kFrags + f) * kPacks + k) * blockDim.x + t of
+// thread t, which alone reads it back, so cp.async.wait_group orders it with
+// no block barrier. A tile is held only when whole (whole_fragment,
+// fragment.cuh) in every operand; the others are read from global memory
+// both times.
+template <int kFrags, int kPacks>
+struct HeldTiles {
+  static constexpr int64_t kTileBytes = int64_t{kFrags} * kPacks * kVectorBytes;  // per thread
+  uint32_t base;      // shared address of this thread's slot of tile 0
+  uint32_t held = 0;  // bit h: tile h is (being) copied
+
+  __device__ __forceinline__ explicit HeldTiles(void* shared)
+      : base(static_cast<uint32_t>(__cvta_generic_to_shared(shared)) + threadIdx.x * kVectorBytes) {}
+
+  __device__ __forceinline__ uint32_t slot(int h, int f, int k) const {
+    return base + static_cast<uint32_t>((h * kFrags + f) * kPacks + k) * blockDim.x * kVectorBytes;
+  }
+  __device__ __forceinline__ bool has(int h) const { return (held >> h) & 1u; }
+
+  // Starts copying tile h, at `first` of the kFrags rows (one view), if it
+  // is whole.
+  template <typename T, typename Index>
+  __device__ __forceinline__ void issue(int h, const T* const (&rows)[kFrags], const RowView& view, Index first,
+                                        Index stride) {
+    constexpr int P = kPack<T>;
+    bool whole = true;
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f) whole = whole && whole_fragment<T, kPacks, P>(rows[f], view, first, stride);
+    if (!whole) return;
+    held |= 1u << h;
+#pragma unroll
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+      for (int k = 0; k < kPacks; ++k) cp_async_16(slot(h, f, k), rows[f] + (first - view.shift) + k * stride);
+  }
+
+  // After wait: operand f of held tile h as accumulator values (load_as<out_t>).
+  template <typename out_t, typename T, typename acc_t>
+  __device__ __forceinline__ void read(int h, int f, acc_t (&v)[kPacks][kPack<T>]) const {
+    constexpr int P = kPack<T>;
+#pragma unroll
+    for (int k = 0; k < kPacks; ++k) {
+      Pack<T, P> p;
+      p.raw[0] = load_shared_16(slot(h, f, k));
+#pragma unroll
+      for (int e = 0; e < P; ++e) v[k][e] = load_as<out_t>(p.v[e]);
+    }
+  }
+};
+
 // The stage of a kernel that may not stage: nothing at all when kStaged is false.
 struct NoStage {
   __device__ __forceinline__ explicit NoStage(void*) {}

@@ -32,7 +32,7 @@ KernelFamily select_cpu(const Problem& p) {
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
 // Contiguous rows by length: warp, block, cluster (sm_90+), then split
-// (resident where a group of at least two rows fits in part of L2). A
+// (resident where the GPU's blocks hold a row on chip). A
 // strided axis with an inner run goes to the strided family while a block or
 // cluster holds it (up to strided_reach), then to the strided split family.
 // The capacities are config.h's; other dtype= pairs and layouts run on the
@@ -49,8 +49,10 @@ KernelFamily select_cuda(const Problem& p) {
     if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
     if (max_cluster > 1 && n <= cuda::cluster_capacity(p.in_dtype, dbl, bw, max_cluster))
       return KernelFamily::kCudaCluster;
-    return cuda::split_resident(p, cuda::l2_cache_bytes(p.device_index)) ? KernelFamily::kCudaSplitResident
-                                                                           : KernelFamily::kCudaSplit;
+    return cuda::split_resident(p, cuda::shared_bytes_per_block(p.device_index, cuda::kResidentBlocksPerSM),
+                                cuda::sm_count(p.device_index))
+               ? KernelFamily::kCudaSplitResident
+               : KernelFamily::kCudaSplit;
   }
   if (p.inner_size() >= cuda::kStridedMinInner)
     return n <= cuda::strided_reach(dbl, bw, bytes, max_cluster) ? KernelFamily::kCudaStrided
