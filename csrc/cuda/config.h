@@ -293,14 +293,21 @@ inline int64_t split_partials_bytes(const Problem& p) { return partials_bytes(p,
 // share of the SM's takes with kResidentBlocksPerSM blocks per SM) and the
 // last in registers, so x (dy and y) is read from global memory once, as by
 // the cluster family. Longer rows take the three kernels.
-// Measured on H200, % of the copy bandwidth (lab runs):
-//   earlier resident kernel (groups reading half of L2, the second read of
-//   a row from L2) -> tiles held in shared memory:
-//     f32  (1024, 600000) forward 62.7 -> 76.6; (256, 2^20) 71.7 -> 74.3
-//     bf16 (1024, 600000) backward 72.3 -> 84.5; (512, 2^21) log_softmax
-//          forward 66.1 -> 69.4
-//   rows past half of L2, held, against the same kernel without holding:
-//     f32  (16, 2^23) forward 58.0 -> 68.3
+// Measured on H200, % of the copy bandwidth, same run: three kernels ->
+// resident with held tiles (the earlier resident kernel, which sized its
+// groups to half of L2 and read each row again from there, ran at 71.8 on
+// f32 (256, 2^20) forward and 74.7 on (1024, 600000)):
+//   f32  (256, 2^20)   forward 65.9 -> 78.8, backward 63.4 -> 83.5,
+//                      log_softmax backward 77.3 -> 86.6
+//   f32  (1024, 600000) forward 66.7 -> 76.8; (8, 2^20) 43.9 -> 56.3
+//   f32  (64, 2^22)    forward 66.3 -> 71.7, log_softmax backward 78.1 -> 77.6
+//   f32  (16, 2^23)    forward 65.1 -> 68.4 (one row per group)
+//   bf16 (512, 2^21)   log_softmax forward 54.1 -> 76.7
+//   bf16 (1024, 600000) backward 60.2 -> 85.3; (64, 2^22) forward 53.7 -> 67.1
+// Sizing the groups by L2 with tiles held: (256, 2^20) forward 74.5,
+// (64, 2^22) 56.5 (too few blocks per row to hold it). Rows longer than
+// the GPU holds (f32 (4, 2^24): a slice of 4 tiles per block, 2 read again)
+// gained nothing resident (62.7 against 61.5).
 constexpr int kResidentBlocksPerSM = 2;
 constexpr int64_t kResidentMaxHeldTiles = 32;  // one bit each (HeldTiles, staging.cuh)
 constexpr int64_t kResidentMaxBlocksPerRow = 1024;
