@@ -226,7 +226,8 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
 // resident at once (a cooperative launch) takes the rows in groups, a row
 // cut into blocks_per_row slices of consecutive tiles, one per block. A
 // block copies the first tiles of its slice into shared memory (HeldTiles,
-// staging.cuh), folds its slice, publishes the partial and counts itself in
+// staging.cuh; for rows after its first, while it writes the row before,
+// each slot refilled as soon as it is read), folds its slice, publishes the partial and counts itself in
 // on the row's arrival counter, waits for the row's other blocks, folds the
 // row's partials in slice order (every block the same way, so all agree bit
 // for bit) and writes its slice in reverse: the last tile from the registers
@@ -301,15 +302,24 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const acc_t max = fragment_max(v);
     return MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)};
   };
-  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+  // Row `row`'s x and view.
+  auto row_view = [&](int64_t row, const in_t*& x_row, out_t*& y_row) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
-    const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, g.tiles * tile_positions);
-    HeldTiles<1, kPacks> held(held_shared);
-    const in_t* const rows[1] = {x_row};
-    for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
-    cp_async_commit();
+    x_row = x + offset[0];
+    y_row = y + offset[1];
+    return make_view(x_row, layout.axis_size, g.tiles * tile_positions);
+  };
+  HeldTiles<1, kPacks> held(held_shared);
+  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+    const in_t* x_row;
+    out_t* y_row;
+    const RowView view = row_view(row, x_row, y_row);
+    if (row == slice.first_row) {  // later rows' copies start as the row before is written
+      const in_t* const rows[1] = {x_row};
+      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+      cp_async_commit();
+    }
 
     // The streamed tiles, the held ones (arrived meanwhile) before the last,
     // which stays in v.
@@ -339,15 +349,24 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const Epilogue<acc_t> epilogue(total.max, total.sum);
 
     // Written in reverse: the register tile, the streamed ones from L2, the
-    // held ones from shared memory.
-    out_t* y_row = y + offset[1];
+    // held ones from shared memory, each slot refilled with the next row's
+    // tile as soon as it is read.
+    const int64_t next = row + g.group_rows;
+    const in_t* next_x = nullptr;
+    out_t* next_y = nullptr;
+    const RowView next_view = next < g.rows ? row_view(next, next_x, next_y) : view;
+    const in_t* const next_rows[1] = {next_x};
+    HeldTiles<1, kPacks> refill(held_shared);
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
       const int64_t first = tile_first(tile);
       const int h = static_cast<int>(tile - slice.begin);
       if (h < held_count && held.has(h)) held.template read<out_t, in_t>(h, 0, v);
       else if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, stride);
       store_fragment<out_t, kPacks, P>(y_row, view, first, stride, [&](int k, int e) { return epilogue(v[k][e]); });
     }
+    cp_async_commit();
+    held.held = refill.held;
   }
 }
 
@@ -375,18 +394,28 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
     return sum;
   };
-  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+  // Row `row`'s dy, y and dx and its view.
+  auto row_view = [&](int64_t row, const scalar_t* (&in)[2], scalar_t*& dx_row) {
     int64_t offset[3];
     layout.row_offsets(row, offset);
-    const scalar_t* dy_row = dy + offset[0];
-    const scalar_t* y_row = y + offset[1];
-    const RowView view = make_view(dy_row, layout.axis_size, g.tiles * tile_positions);
-    // Held tiles keep dy and y (the log_softmax sums read dy alone, its
-    // output both).
-    HeldTiles<2, kPacks> held(held_shared);
-    const scalar_t* const rows[2] = {dy_row, y_row};
-    for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
-    cp_async_commit();
+    in[0] = dy + offset[0];
+    in[1] = y + offset[1];
+    dx_row = dx + offset[2];
+    return make_view(in[0], layout.axis_size, g.tiles * tile_positions);
+  };
+  // Held tiles keep dy and y (the log_softmax sums read dy alone, its
+  // output both).
+  HeldTiles<2, kPacks> held(held_shared);
+  for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
+    const scalar_t* rows[2];
+    scalar_t* dx_row;
+    const RowView view = row_view(row, rows, dx_row);
+    const scalar_t* dy_row = rows[0];
+    const scalar_t* y_row = rows[1];
+    if (row == slice.first_row) {  // later rows' copies start as the row before is written
+      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+      cp_async_commit();
+    }
 
     acc_t sum = 0;
     acc_t gv[kPacks][P], v[kPacks][P];  // after the loop: the slice's last tile
@@ -419,7 +448,13 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     wait_arrivals(arrivals + row, g.blocks_per_row);
     const Epi epilogue(fold_partials(row_partials, g.blocks_per_row, scratch));
 
-    scalar_t* dx_row = dx + offset[2];
+    // As the forward: each held slot refilled with the next row's tile as
+    // soon as it is read.
+    const int64_t next = row + g.group_rows;
+    const scalar_t* next_rows[2] = {nullptr, nullptr};
+    scalar_t* next_dx = nullptr;
+    const RowView next_view = next < g.rows ? row_view(next, next_rows, next_dx) : view;
+    HeldTiles<2, kPacks> refill(held_shared);
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
       const int64_t first = tile_first(tile);
       const int h = static_cast<int>(tile - slice.begin);
@@ -431,9 +466,12 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       } else if constexpr (!Epi::kReduceReadsY) {
         load_fragment<scalar_t>(y_row, view, first, stride, v, acc_t(0));  // the sums read dy alone
       }
+      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, stride);
       store_fragment<scalar_t, kPacks, P>(dx_row, view, first, stride,
                                           [&](int k, int e) { return epilogue(gv[k][e], v[k][e]); });
     }
+    cp_async_commit();
+    held.held = refill.held;
   }
 }
 
