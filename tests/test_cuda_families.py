@@ -144,7 +144,7 @@ def contiguous_cases(dtype, backward, max_cluster):
                          ids=["f32", "bf16", "f16", "f64"])
 def test_contiguous_thresholds(kind, dtype, backward, max_cluster):
     for n, family in contiguous_cases(dtype, backward, max_cluster):
-        # one row: the split family's rows run resident from two rows on (below)
+        # one row past the cluster's reach (the resident split family's rows are long)
         rows = 3 if n * 3 <= 1 << 22 and not family.startswith("cuda.split") else 1
         check_family(kind, dtype, (rows, n), -1, family, backward)
 
