@@ -16,7 +16,6 @@ namespace {
 struct DeviceFacts {
   int arch = 0;
   int max_cluster = 1;
-  int l2_bytes = 0;
   int sms = 0;
   int shared_per_sm = 0;
   int shared_reserved_per_block = 0;
@@ -60,7 +59,6 @@ const DeviceFacts& facts(int device) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   f.arch = major * 10 + minor;
   f.max_cluster = query_max_cluster(device, f.arch);
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.l2_bytes, cudaDevAttrL2CacheSize, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   C10_CUDA_CHECK(
@@ -73,9 +71,9 @@ const DeviceFacts& facts(int device) {
 
 int device_arch(int device) { return facts(device).arch; }
 int max_cluster_size(int device) { return facts(device).max_cluster; }
-int l2_cache_bytes(int device) { return facts(device).l2_bytes; }
-// Less a kilobyte for the kernel's own (static) shared memory.
 int sm_count(int device) { return facts(device).sms; }
+// Less the hardware's reserve per block and a kilobyte for the kernel's own
+// (static) shared memory.
 int shared_bytes_per_block(int device, int blocks) {
   const DeviceFacts& f = facts(device);
   return std::max(f.shared_per_sm / blocks - f.shared_reserved_per_block - 1024, 0);

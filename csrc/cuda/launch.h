@@ -57,10 +57,10 @@ bool copy_across_layouts(const void* src, void* dst, int64_t element_bytes, c10:
 // use there (1 where the device or this build has no cluster support).
 int device_arch(int device);
 int max_cluster_size(int device);
-// The L2 cache's size in bytes (the split family sizes its row groups to it).
-int l2_cache_bytes(int device);
-// Dynamic shared memory a block may take with `blocks` blocks per SM.
-int shared_bytes_per_block(int device, int blocks);
+// What the resident split family holds on chip (config.h,
+// split_resident_capacity): the SMs, and the dynamic shared memory a block
+// may take with `blocks` blocks per SM.
 int sm_count(int device);
+int shared_bytes_per_block(int device, int blocks);
 
 }  // namespace softmax_ext::cuda
