@@ -83,6 +83,23 @@ __device__ __forceinline__ acc_t fold_partials(const acc_t* part, int64_t count,
   return block_all_reduce(sum, Sum{}, acc_t(0), scratch);
 }
 
+// A tile's statistics: its max and the sum of exp(v - max) (forward).
+template <typename out_t, typename acc_t, int kPacks, int P>
+__device__ __forceinline__ MaxSum<acc_t> tile_stats(acc_t (&v)[kPacks][P]) {
+  const acc_t max = fragment_max(v);
+  return {max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)};
+}
+// `sum` plus the tile's reduce_term(dy, y), element by element (backward).
+template <typename Epi, typename acc_t, int kPacks, int P>
+__device__ __forceinline__ acc_t add_reduce_terms(acc_t sum, const acc_t (&gv)[kPacks][P],
+                                                  const acc_t (&v)[kPacks][P]) {
+#pragma unroll
+  for (int k = 0; k < kPacks; ++k)
+#pragma unroll
+    for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
+  return sum;
+}
+
 template <typename in_t, typename out_t, int kPacks>
 __global__ void __launch_bounds__(kSplitThreads, 2)
     softmax_split_stats_kernel(const in_t* __restrict__ x, MaxSum<acc_type<out_t>>* __restrict__ partials,
@@ -104,8 +121,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       acc_t v[kPacks][P];
       load_fragment<out_t>(x_row, view, tile * tile_positions + int64_t{threadIdx.x} * P, stride, v,
                            neg_infinity<acc_t>());
-      const acc_t max = fragment_max(v);
-      stats = combine(stats, MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)});
+      stats = combine(stats, tile_stats<out_t>(v));
     }
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     if (threadIdx.x == 0) partials[at.row * g.chunks + at.chunk] = stats;
@@ -175,10 +191,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       } else {
         load_fragment<scalar_t>(dy + offset[0], view, first, stride, gv, acc_t(0));
       }
-#pragma unroll
-      for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-        for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
+      sum = add_reduce_terms<Epi>(sum, gv, v);
     }
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
     if (threadIdx.x == 0) partials[at.row * g.chunks + at.chunk] = sum;
@@ -298,10 +311,6 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   const ResidentSlice slice(g);
   const int held_count = slice.held(g);
   auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
-  auto tile_stats = [&](acc_t(&v)[kPacks][P]) {
-    const acc_t max = fragment_max(v);
-    return MaxSum<acc_t>{max, fragment_exp_sum<false, exp_policy_t<out_t>>(v, max)};
-  };
   // Row `row`'s x and view.
   auto row_view = [&](int64_t row, const in_t*& x_row, out_t*& y_row) {
     int64_t offset[2];
@@ -331,11 +340,11 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
         for (int h = 0; h < held_count; ++h) {
           if (held.has(h)) held.template read<out_t, in_t>(h, 0, v);
           else load_fragment<out_t>(x_row, view, tile_first(slice.begin + h), stride, v, neg_infinity<acc_t>());
-          stats = combine(stats, tile_stats(v));
+          stats = combine(stats, tile_stats<out_t>(v));
         }
       }
       load_fragment<out_t>(x_row, view, tile_first(tile), stride, v, neg_infinity<acc_t>());
-      stats = combine(stats, tile_stats(v));
+      stats = combine(stats, tile_stats<out_t>(v));
     }
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
     const MaxSum<acc_t>* row_partials = partials + row * g.blocks_per_row;
@@ -386,14 +395,6 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   const ResidentSlice slice(g);
   const int held_count = slice.held(g);
   auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
-  auto tile_sum = [&](acc_t(&gv)[kPacks][P], acc_t(&v)[kPacks][P]) {
-    acc_t sum = 0;
-#pragma unroll
-    for (int k = 0; k < kPacks; ++k)
-#pragma unroll
-      for (int e = 0; e < P; ++e) sum += Epi::reduce_term(gv[k][e], Epi::kReduceReadsY ? v[k][e] : acc_t(0));
-    return sum;
-  };
   // Row `row`'s dy, y and dx and its view.
   auto row_view = [&](int64_t row, const scalar_t* (&in)[2], scalar_t*& dx_row) {
     int64_t offset[3];
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
           } else {
             load_fragment_pair(dy_row, y_row, view, tile_first(slice.begin + h), stride, gv, v);
           }
-          sum += tile_sum(gv, v);
+          sum += add_reduce_terms<Epi>(acc_t(0), gv, v);
         }
       }
       if constexpr (Epi::kReduceReadsY) {
@@ -437,7 +438,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
       } else {
         load_fragment<scalar_t>(dy_row, view, tile_first(tile), stride, gv, acc_t(0));
       }
-      sum += tile_sum(gv, v);
+      sum += add_reduce_terms<Epi>(acc_t(0), gv, v);
     }
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
     const acc_t* row_partials = partials + row * g.blocks_per_row;
