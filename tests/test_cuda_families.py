@@ -56,6 +56,8 @@ def expected_limits(dtype, backward, max_cluster):
         "split_tile": 512 * e,
         "strided_min_inner": 4,
         "split_resident": resident_capacity(e, element_size, backward),
+        # backward f32 rows laid out one after another, not a power of two
+        "row_tile": 512 if backward and dtype == torch.float32 else 0,
     }
 
 
@@ -213,6 +215,65 @@ def test_strided_thresholds(kind, dtype, backward, max_cluster):
 
 WARP_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 80, 100, 127, 128, 129, 200, 255, 256,
                 257, 300, 500, 512, 513, 768, 1000, 1023, 1024]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_row_tile_thresholds(kind):
+    """Backward f32 rows laid out one after another run on the row-tile
+    family up to 512 elements, except powers of two (the warp family's)."""
+    for shape, family in [((5, 3), "cuda.row_tile"), ((300, 100), "cuda.row_tile"), ((2, 3, 100), "cuda.row_tile"),
+                          ((7, 511), "cuda.row_tile"), ((4, 1), "cuda.warp"), ((9, 64), "cuda.warp"),
+                          ((3, 512), "cuda.warp"), ((3, 513), "cuda.block")]:
+        check_family(kind, torch.float32, shape, -1, family + "_backward", backward=True)
+    # forward, and 16-bit or f64 rows, stay with the warp family
+    check_family(kind, torch.float32, (300, 100), -1, "cuda.warp")
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):
+        check_family(kind, dtype, (300, 100), -1, "cuda.warp_backward", backward=True)
+
+
+ROW_TILE_LENGTHS = [3, 7, 24, 33, 100, 255, 257, 300, 500, 511]
+
+
+@pytest.mark.parametrize("n", ROW_TILE_LENGTHS)
+def test_row_tile_offsets_and_layouts(sx, n):
+    """Row-tile backward with dy, y and dx at different offsets from the
+    16-byte grid (dx then has its own shared-memory region), row counts that
+    leave the last tile partly filled, and rows that are not laid out one
+    after another (a column slice: the warp family)."""
+    rows = 1000 + n % 7
+    for kind in KINDS:
+        name = kind + "_backward"
+        for dy_start, y_start in [(0, 0), (1, 0), (0, 3), (2, 1)]:
+            dy = make_input((rows * n + 4,), torch.float32, "cuda", seed=n, scale=1.0)[dy_start : dy_start + rows * n]
+            y = torch.empty(rows * n + 4, device="cuda")[y_start : y_start + rows * n]
+            _, y_rows = make_backward_inputs(name, (rows, n), -1, torch.float64, "cpu", seed=n)
+            dy, y = dy.view(rows, n), y.view(rows, n).copy_(y_rows)
+            assert sx.plan(dy, -1, kind=kind, backward=True).kernel == "cuda.row_tile_backward.f32"
+            dx = ours(name)(dy, y, -1)
+            assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} at {dy_start}/{y_start}",
+                                 **tolerances(name, torch.float32, n))
+        dy_wide, y_wide = make_backward_inputs(name, (rows, n + 5), -1, torch.float32, "cuda", seed=n + 1)
+        dy, y = dy_wide[:, 1 : n + 1], y_wide[:, 1 : n + 1]
+        assert sx.plan(dy, -1, kind=kind, backward=True).kernel.startswith("cuda.warp_backward")
+        assert_close_verbose(ours(name)(dy, y, -1), reference_backward(name, dy, y, -1), msg=f"{name} n={n} sliced",
+                             **tolerances(name, torch.float32, n))
+
+
+def test_row_tile_more_than_2_31_elements():
+    """64-bit offsets and a grid-stride walk over more tiles than the grid
+    holds: f32 backward rows of 100, more than 2^31 elements per tensor."""
+    rows, n = 2**31 // 100 + 7, 100
+    if _free_gib() < rows * n * 4 * 3 / 2**30 + 2:
+        pytest.skip("not enough GPU memory")
+    torch.cuda.empty_cache()
+    dy = torch.empty(rows, n, device="cuda").normal_()
+    y = torch.empty(rows, n, device="cuda").normal_().log_softmax(-1)
+    dx = custom_op("log_softmax_backward")(dy, y, -1)
+    for part in (slice(0, 3), slice(rows - 5, rows)):
+        ref = torch.ops.aten._log_softmax_backward_data(dy[part].double(), y[part].double(), -1, torch.float64)
+        assert torch.allclose(dx[part].double(), ref, atol=1e-5, rtol=1e-5)
+    del dy, y, dx
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=["f32", "f16", "f64"])
@@ -482,7 +543,7 @@ def test_bit_identical_reruns(shape, dim):
 
 @pytest.mark.parametrize(
     "shape,dim",
-    [((256, 700), -1), ((16, 9000), -1), ((4, 100000), -1), ((2, 1_500_000), -1), ((1, 1_500_000), -1),
+    [((300, 100), -1), ((256, 700), -1), ((16, 9000), -1), ((4, 100000), -1), ((2, 1_500_000), -1), ((1, 1_500_000), -1),
      ((8, 2048, 64), 1)],
 )
 def test_graph_replay_every_family(sx, shape, dim):

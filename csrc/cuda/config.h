@@ -40,6 +40,39 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
   return int64_t{kWarpSize} * elems_per_thread(double_acc, backward);
 }
 
+// Row-tile family, backward (row_tile_kernels.cuh): f32 rows of up to
+// kRowTileMaxRow elements that are not a power of two, laid out one after
+// another in every operand. A block stages kRowTileBytes of whole rows of dy
+// and of y in shared memory as flat 16-byte copies, so no lane idles on the
+// part of a power-of-two lane group that a row leaves empty, and the
+// per-row 16-byte views of the warp family (partial vectors at each end of
+// a row off the 16-byte grid) are gone. Measured on H200, % of the copy
+// bandwidth, softmax / log_softmax backward, warp family -> row tile:
+//   rows of 24 99.1 / 94.7 -> 103.1 / 103.1, 80 98.4 / 85.3 -> 103.2 / 103.2,
+//   100 100.6 / 96.4 -> 103.0 / 103.0, 160 99.5 / 82.5 -> 103.1 / 103.2,
+//   200 101.0 / 96.2 -> 103.1 / 103.0, 300 102.2 / 100.1 -> 102.9 / 102.7,
+//   500 101.4 / 101.7 -> 103.1 / 102.8 (torch: 51.7 / 103.0-103.7);
+// 8 KB tiles ran 1-20 points slower, 32 KB ones up to 13 slower (log_softmax
+// rows of 80), and rows of 1000 (16 values a lane) gained nothing. Power-of-
+// two rows stay with the warp family (101-103 there): groups of lanes
+// reading rows whose starts share a shared-memory bank would conflict.
+// 16-bit rows lost (f16 rows of 1000, log_softmax backward: 94.0 -> 65.1).
+constexpr int64_t kRowTileMaxRow = 512;
+constexpr int64_t kRowTileBytes = 16384;
+inline bool row_tile_takes(const Problem& p) {
+  if (!p.is_backward() || p.in_dtype != c10::ScalarType::Float) return false;
+  const int64_t n = p.axis_size;
+  if (n > kRowTileMaxRow || (n & (n - 1)) == 0) return false;
+  // Flat: every operand's rows follow one another (one batch dim after
+  // coalescing, of stride n).
+  if (p.batch_rank > 1) return false;
+  for (int k = 0; k < kNumOperands; ++k)
+    if (p.axis_stride[k] != 1 || (p.batch_rank == 1 && p.batch_stride[k][0] != n)) return false;
+  return true;
+}
+// Elements a lane holds of a row: 8 up to rows of 256, else 16.
+constexpr int row_tile_per_lane(int64_t n) { return n <= 256 ? 8 : 16; }
+
 // Block family: a row lives in the registers of one block, one read and one
 // write of global memory. A forward block grows to the hardware's 1024
 // threads (f32 rows of 32768 ran at 98% of the copy bandwidth on H200 in one

@@ -22,6 +22,10 @@ void reference_backward(const Problem& problem, const Buffers& buffers);
 void warp_forward(const Problem& problem, const Buffers& buffers);
 void warp_backward(const Problem& problem, const Buffers& buffers);
 
+// KernelFamily::kCudaRowTile: backward of short f32 rows laid out one after
+// another (row_tile_takes, config.h).
+void row_tile_backward(const Problem& problem, const Buffers& buffers);
+
 // KernelFamily::kCudaBlock (max_cluster 1) and kCudaCluster (max_cluster > 1,
 // sm_90+): contiguous rows up to block_capacity / cluster_capacity.
 void block_forward(const Problem& problem, const Buffers& buffers, int max_cluster);

@@ -25,12 +25,13 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> limits(const at::Tens
   const int device = like.device().index();
   const int64_t shared = cuda::shared_bytes_per_block(device, cuda::kResidentBlocksPerSM);
   return {{"warp", "block", "cluster", "strided", "max_cluster_size", "strided_min_inner", "split_tile",
-           "split_resident"},
+           "split_resident", "row_tile"},
           {cuda::warp_capacity(dbl, backward), cuda::block_capacity(dbl, backward, clusters > 1),
            clusters > 1 ? cuda::cluster_capacity(like.scalar_type(), dbl, backward, clusters) : 0,
            cuda::strided_reach(dbl, backward, bytes, clusters), clusters,
            cuda::kStridedMinInner, cuda::split_tile(dbl, backward),
-           cuda::split_resident_capacity(bytes, dbl, backward, shared, cuda::sm_count(device))}};
+           cuda::split_resident_capacity(bytes, dbl, backward, shared, cuda::sm_count(device)),
+           backward && like.scalar_type() == c10::ScalarType::Float ? cuda::kRowTileMaxRow : 0}};
 #else
   return {};
 #endif

@@ -44,6 +44,7 @@ enum class KernelFamily : uint8_t {
   kCpuStrided,     // anything else: scalar gather along the axis
   kCudaReference,  // one block per row, any strides, block reductions
   kCudaWarp,       // contiguous short rows in a warp (or 1..16 lanes) of registers
+  kCudaRowTile,    // backward, short rows one after another: flat tiles through shared memory
   kCudaBlock,      // contiguous rows in one block's registers
   kCudaCluster,    // contiguous rows in a thread-block cluster's registers (sm_90+)
   kCudaSplit,      // contiguous rows of any length: tiles, workspace, three kernels

@@ -24,6 +24,9 @@ void run(const Plan& plan, const Buffers& buffers, void* workspace) {
       return bw ? cuda::reference_backward(p, buffers) : cuda::reference_forward(p, buffers);
     case KernelFamily::kCudaWarp:
       return bw ? cuda::warp_backward(p, buffers) : cuda::warp_forward(p, buffers);
+    case KernelFamily::kCudaRowTile:
+      TORCH_INTERNAL_ASSERT(bw, "softmax_ext: the row-tile family has no forward kernel");
+      return cuda::row_tile_backward(p, buffers);
     case KernelFamily::kCudaBlock:
       return bw ? cuda::block_backward(p, buffers, 1) : cuda::block_forward(p, buffers, 1);
     case KernelFamily::kCudaCluster: {

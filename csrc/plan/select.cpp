@@ -31,7 +31,8 @@ KernelFamily select_cpu(const Problem& p) {
 }
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
-// Contiguous rows by length: warp, block, cluster (sm_90+), then split
+// Contiguous rows by length: warp (backward f32 rows one after another
+// that are not a power of two: the row tile), block, cluster (sm_90+), then split
 // (resident where the GPU's blocks hold a row on chip). A
 // strided axis with an inner run goes to the strided family while a block or
 // cluster holds it (up to strided_reach), then to the strided split family.
@@ -45,6 +46,7 @@ KernelFamily select_cuda(const Problem& p) {
   const int64_t n = p.axis_size;
   const int64_t bytes = c10::elementSize(p.in_dtype);
   if (p.axis_contiguous()) {
+    if (cuda::row_tile_takes(p)) return KernelFamily::kCudaRowTile;
     if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
     if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
     if (max_cluster > 1 && n <= cuda::cluster_capacity(p.in_dtype, dbl, bw, max_cluster))
@@ -71,6 +73,7 @@ const char* kernel_family_name(KernelFamily f, Direction d) {
     case KernelFamily::kCpuStrided: return bw ? "cpu.strided_backward" : "cpu.strided";
     case KernelFamily::kCudaReference: return bw ? "cuda.reference_backward" : "cuda.reference";
     case KernelFamily::kCudaWarp: return bw ? "cuda.warp_backward" : "cuda.warp";
+    case KernelFamily::kCudaRowTile: return bw ? "cuda.row_tile_backward" : "cuda.row_tile";
     case KernelFamily::kCudaBlock: return bw ? "cuda.block_backward" : "cuda.block";
     case KernelFamily::kCudaCluster: return bw ? "cuda.cluster_backward" : "cuda.cluster";
     case KernelFamily::kCudaSplit: return bw ? "cuda.split_backward" : "cuda.split";
