@@ -46,7 +46,8 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 // and of y in shared memory as flat 16-byte copies, so no lane idles on the
 // part of a power-of-two lane group that a row leaves empty, and the
 // per-row 16-byte views of the warp family (partial vectors at each end of
-// a row off the 16-byte grid) are gone. Measured on H200, % of the copy
+// a row off the 16-byte grid) are gone. Measured on H200 (lab: the kernels
+// launched directly, side by side in one process), % of the copy
 // bandwidth, softmax / log_softmax backward, warp family -> row tile:
 //   rows of 24 99.1 / 94.7 -> 103.1 / 103.1, 80 98.4 / 85.3 -> 103.2 / 103.2,
 //   100 100.6 / 96.4 -> 103.0 / 103.0, 160 99.5 / 82.5 -> 103.1 / 103.2,
@@ -57,6 +58,10 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 // two rows stay with the warp family (101-103 there): groups of lanes
 // reading rows whose starts share a shared-memory bank would conflict.
 // 16-bit rows lost (f16 rows of 1000, log_softmax backward: 94.0 -> 65.1).
+// Through the op, in benchmarks/bench_softmax, rows of 100 and 200 ran at
+// 100.7 / 100.5 against the warp family's 100.6-101.1 / 98.7-98.8 (torch
+// 51.8 / 103.6): the 2-3 points the direct launches gained over that are
+// not yet understood (the grid, uncapped, changed nothing).
 constexpr int64_t kRowTileMaxRow = 512;
 constexpr int64_t kRowTileBytes = 16384;
 inline bool row_tile_takes(const Problem& p) {
