@@ -38,6 +38,25 @@ __device__ __forceinline__ int flat_phase(const T* run) {
   return static_cast<int>(reinterpret_cast<uintptr_t>(run) % kVectorBytes / sizeof(T));
 }
 
+// A flat run of `len` elements at `phase` elements past a 16-byte boundary,
+// as region indices [phase, end): full 16-byte vectors [full_begin,
+// full_end), and at most P - 1 elements outside them at either end.
+template <int P>
+struct FlatRun {
+  int end, full_begin, full_end;
+  __device__ __forceinline__ FlatRun(int phase, int len)
+      : end(phase + len), full_begin((phase + P - 1) / P), full_end((phase + len) / P) {}
+  // Calls f(i) for the indices outside full vectors, thread t < P taking
+  // the t-th of each end.
+  template <typename F>
+  __device__ __forceinline__ void for_each_end(int phase, F&& f) const {
+    const int t = threadIdx.x;
+    if (t >= P) return;
+    if (phase + t < min(full_begin * P, end)) f(phase + t);
+    if (full_end >= full_begin && full_end * P + t < end) f(full_end * P + t);
+  }
+};
+
 // Copies the run src[0, len) into `region` at index phase + i: full vectors
 // with cp.async (committed, not waited for), the partial vectors at either
 // end element by element.
@@ -45,21 +64,13 @@ template <typename T>
 __device__ __forceinline__ void stage_run(const T* __restrict__ src, int len, T* region) {
   constexpr int P = kPack<T>;
   const int phase = flat_phase(src);
-  const int end = phase + len;  // region indices [phase, end)
-  const int full_begin = (phase + P - 1) / P, full_end = end / P;
+  const FlatRun<P> run(phase, len);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(region));
   const T* aligned = src - phase;  // region index i <-> aligned[i]
-  for (int v = full_begin + static_cast<int>(threadIdx.x); v < full_end; v += blockDim.x)
+  for (int v = run.full_begin + static_cast<int>(threadIdx.x); v < run.full_end; v += blockDim.x)
     cp_async_16(base + v * kVectorBytes, aligned + v * P);
   cp_async_commit();
-  // The elements outside full vectors: at most P - 1 at each end.
-  const int t = threadIdx.x;
-  if (t < P) {
-    const int head = phase + t;
-    if (head < min(full_begin * P, end)) region[head] = aligned[head];
-    const int tail = full_end * P + t;
-    if (full_end >= full_begin && tail < end) region[tail] = aligned[tail];
-  }
+  run.for_each_end(phase, [&](int i) { region[i] = aligned[i]; });
 }
 
 // Writes region [phase, phase + len) (phase of dst) to dst[0, len), full
@@ -68,21 +79,14 @@ template <typename T>
 __device__ __forceinline__ void store_run(const T* region, T* __restrict__ dst, int len) {
   constexpr int P = kPack<T>;
   const int phase = flat_phase(dst);
-  const int end = phase + len;
-  const int full_begin = (phase + P - 1) / P, full_end = end / P;
+  const FlatRun<P> run(phase, len);
   T* aligned = dst - phase;
-  for (int v = full_begin + static_cast<int>(threadIdx.x); v < full_end; v += blockDim.x) {
+  for (int v = run.full_begin + static_cast<int>(threadIdx.x); v < run.full_end; v += blockDim.x) {
     Pack<T, P> pk;
     pk.raw[0] = *reinterpret_cast<const uint4*>(region + v * P);
     pk.store(aligned + v * P);
   }
-  const int t = threadIdx.x;
-  if (t < P) {
-    const int head = phase + t;
-    if (head < min(full_begin * P, end)) aligned[head] = region[head];
-    const int tail = full_end * P + t;
-    if (full_end >= full_begin && tail < end) aligned[tail] = region[tail];
-  }
+  run.for_each_end(phase, [&](int i) { aligned[i] = region[i]; });
 }
 
 // Where tile `tile` starts (flat element index) and how many rows it has.
