@@ -42,6 +42,16 @@ def cases():
     yield rnd(()), 0                # 0-dim
 
 
+def mismatches(got, want, dtype, what):
+    """1 (and a MISMATCH line) when `got` is off the float64 `want` by more
+    than dtype's tolerance, relative to want's largest magnitude; else 0."""
+    err = (got.double().cpu() - want).abs().max().item()
+    if err <= TOL[dtype] * max(1.0, want.abs().max().item()):
+        return 0
+    print(f"MISMATCH {what}: {err:.3g}")
+    return 1
+
+
 def main():
     bad = 0
     for x64, dim in cases():
@@ -55,10 +65,7 @@ def main():
                 aten = getattr(torch.ops.aten, f"_{kind}_backward_data")
                 dx_ref = aten(dy.double().cpu(), y.double().cpu(), dim, torch.float64)
                 for got, want in ((y, ref), (dx, dx_ref)):
-                    err = (got.double().cpu() - want).abs().max().item()
-                    if not err <= TOL[dtype] * max(1.0, want.abs().max().item()):
-                        bad += 1
-                        print(f"MISMATCH {kind} {dtype} {tuple(x.shape)} dim={dim}: {err:.3g}")
+                    bad += mismatches(got, want, dtype, f"{kind} {dtype} {tuple(x.shape)} dim={dim}")
     # grad_output in another layout than output: copied through shared-memory tiles
     gen = torch.Generator().manual_seed(1)
     for dtype in TOL:
@@ -66,10 +73,7 @@ def main():
         dy = torch.randn(70, 130, generator=gen, dtype=torch.float64).to("cuda", dtype).t()
         dx = softmax_ext.softmax_backward(dy, y, -1)
         want = torch.ops.aten._softmax_backward_data(dy.double().cpu(), y.double().cpu(), -1, torch.float64)
-        err = (dx.double().cpu() - want).abs().max().item()
-        if not err <= TOL[dtype] * max(1.0, want.abs().max().item()):
-            bad += 1
-            print(f"MISMATCH softmax_backward {dtype} dy transposed: {err:.3g}")
+        bad += mismatches(dx, want, dtype, f"softmax_backward {dtype} dy transposed")
     # row-tile backward (f32 rows one after another) with dy, y and dx at
     # different offsets from the 16-byte grid
     for kind in ("softmax", "log_softmax"):
@@ -79,10 +83,7 @@ def main():
         dy = torch.empty(333 * 100 + 1, device="cuda")[1:].view(333, 100).copy_(dy64)
         dx = getattr(softmax_ext, f"{kind}_backward")(dy, y, -1)
         want = getattr(torch.ops.aten, f"_{kind}_backward_data")(dy64, y.double().cpu(), -1, torch.float64)
-        err = (dx.double().cpu() - want).abs().max().item()
-        if not err <= TOL[torch.float32] * max(1.0, want.abs().max().item()):
-            bad += 1
-            print(f"MISMATCH {kind}_backward row tile off the 16-byte grid: {err:.3g}")
+        bad += mismatches(dx, want, torch.float32, f"{kind}_backward row tile off the 16-byte grid")
     torch.cuda.synchronize()
     print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
     return 1 if bad else 0
