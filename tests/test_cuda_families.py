@@ -237,15 +237,16 @@ ROW_TILE_LENGTHS = [3, 7, 24, 33, 100, 255, 257, 300, 500, 511]
 @pytest.mark.parametrize("n", ROW_TILE_LENGTHS)
 def test_row_tile_offsets_and_layouts(sx, n):
     """Row-tile backward with dy, y and dx at different offsets from the
-    16-byte grid (dx then has its own shared-memory region), row counts that
+    32-byte grid (dx then has its own shared-memory region, also where dy and
+    dx share the 16-byte phase but not the 32-byte one), row counts that
     leave the last tile partly filled, and rows that are not laid out one
     after another (a column slice: the warp family)."""
     rows = 1000 + n % 7
     for kind in KINDS:
         name = kind + "_backward"
-        for dy_start, y_start in [(0, 0), (1, 0), (0, 3), (2, 1)]:
-            dy = make_input((rows * n + 4,), torch.float32, "cuda", seed=n, scale=1.0)[dy_start : dy_start + rows * n]
-            y = torch.empty(rows * n + 4, device="cuda")[y_start : y_start + rows * n]
+        for dy_start, y_start in [(0, 0), (1, 0), (0, 3), (2, 1), (4, 0), (5, 7), (7, 4)]:
+            dy = make_input((rows * n + 8,), torch.float32, "cuda", seed=n, scale=1.0)[dy_start : dy_start + rows * n]
+            y = torch.empty(rows * n + 8, device="cuda")[y_start : y_start + rows * n]
             _, y_rows = make_backward_inputs(name, (rows, n), -1, torch.float64, "cpu", seed=n)
             dy, y = dy.view(rows, n), y.view(rows, n).copy_(y_rows)
             assert sx.plan(dy, -1, kind=kind, backward=True).kernel == "cuda.row_tile_backward.f32"
@@ -260,8 +261,8 @@ def test_row_tile_offsets_and_layouts(sx, n):
 
 
 def test_row_tile_more_than_2_31_elements():
-    """64-bit offsets and a grid-stride walk over more tiles than the grid
-    holds: f32 backward rows of 100, more than 2^31 elements per tensor."""
+    """64-bit offsets: f32 backward rows of 100, more than 2^31 elements per
+    tensor, in more tiles (a block each) than 65535."""
     rows, n = 2**31 // 100 + 7, 100
     if _free_gib() < rows * n * 4 * 3 / 2**30 + 2:
         pytest.skip("not enough GPU memory")

@@ -35,6 +35,7 @@ struct BlockShape {
   int cluster_size;
   int64_t smem_bytes = 0;   // dynamic shared memory per block
   bool persistent = false;  // a grid of as many clusters as run at once
+  bool walks_rows = true;   // kMaxGridBlocks blocks (clusters), else a block per row
 };
 BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward);
 
@@ -56,6 +57,7 @@ void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Lau
       constexpr bool kStaged = decltype(staged)::value && (kPacked || !is_reduced_float_v<in_t>);
       if (kStaged) shape.smem_bytes = stage_bytes(kBackward ? 2 : 1, kPacks, shape.threads);
       shape.persistent = shape.cluster_size > 1;
+      shape.walks_rows = shape.persistent || grid_walks_rows(p.in_dtype, p.axis_size);
       launch(std::bool_constant<kPacked>{}, std::integral_constant<int, kPacks>{}, std::bool_constant<kStaged>{},
              shape);
     });
@@ -106,8 +108,10 @@ void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape
   const int c = shape.cluster_size;
   TORCH_INTERNAL_ASSERT(shape.smem_bytes <= kDefaultSharedBytes || shape.persistent,
                         "softmax_ext: dynamic shared memory beyond the default is set up by persistent launches");
-  ClusterLaunch launch(grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c, shape.threads, c,
-                       c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(shape.smem_bytes));
+  const unsigned int blocks =
+      shape.walks_rows ? grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c : grid_for_each(rows);
+  ClusterLaunch launch(blocks, shape.threads, c, c10::cuda::getCurrentCUDAStream(),
+                       static_cast<size_t>(shape.smem_bytes));
   if (shape.persistent) {  // config.h, stages_rows
     const int resident = persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
     launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(rows, resident) * c);

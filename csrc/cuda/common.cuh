@@ -362,13 +362,19 @@ __device__ __forceinline__ T block_all_reduce(T value, Op op) {
 // Host helpers: grid size and dtype dispatch
 //////////////////////////////////////////////////////////////////////////////
 
-// Row loops are grid-stride, so the grid only has to fill the GPU. 65535 blocks
-// is many waves on any current GPU, keeps gridDim.x far below its limit for
-// any row count, and needs no device-property query.
+// Row loops are grid-stride, so any grid covers the rows. grid_for_rows: at
+// most kMaxGridBlocks blocks, many waves on any current GPU, each block
+// walking several rows where there are more. grid_for_each: a block per item
+// up to gridDim.x's limit (config.h, grid_walks_rows, says which families
+// take which).
 constexpr int64_t kMaxGridBlocks = 65535;
+constexpr int64_t kMaxGridX = 2147483647;
 
 inline unsigned int grid_for_rows(int64_t rows) {
   return static_cast<unsigned int>(std::clamp<int64_t>(rows, 1, kMaxGridBlocks));
+}
+inline unsigned int grid_for_each(int64_t items) {
+  return static_cast<unsigned int>(std::clamp<int64_t>(items, 1, kMaxGridX));
 }
 
 template <typename T>

@@ -33,6 +33,34 @@ constexpr int elems_per_thread(bool double_acc, bool backward) {
   return (double_acc ? kRegisterFloats / 2 : kRegisterFloats) / (backward ? 2 : 1);
 }
 
+// Grids of the warp, row-tile and block families: a block per pass over
+// its rows (one group of rows, one tile, one row), so the hardware's block
+// scheduler deals the work out to the end. 16-bit rows whose length is not a
+// power of two are the exception: they run faster on kMaxGridBlocks blocks
+// (common.cuh), each walking several passes. Measured on H200 (the op, the
+// two grids alternating in one process, % of the copy bandwidth), 65535
+// blocks -> a block per pass:
+//   warp f32 rows of 32 / 128 / 1024 / 100 / 200 forward 97.8 / 98.0 / 98.1
+//     / 79.4 / 96.5 -> 99.5 / 99.8 / 98.1 / 81.4 / 97.2, (2^24, 16) 98.1 ->
+//     99.8; backward 128 log_softmax 101.2 -> 102.4, 256 101.2 -> 102.3,
+//     512 log_softmax 101.5 -> 101.9; bf16 128 / 1024 forward 97.3 / 98.3
+//     -> 97.6 / 98.9; bf16 777 forward 66.5 -> 65.2;
+//   block f32 backward 1000 / 1024 log_softmax / 1500 / 2048 log_softmax
+//     98.8 / 101.1 / 100.3 / 101.2 -> 101.5 / 102.4 / 101.6 / 101.7; f32
+//     forward 1500 / 3000 / 4096 95.5 / 95.7 / 96.3 -> 95.2 / 96.3 / 96.4;
+//     16-bit, powers of two: bf16 backward 1024 / 2048 100.5 / 101.9 ->
+//     103.2 / 103.2, f16 1024 log_softmax 100.6 -> 103.4, bf16 4096 forward
+//     96.9 -> 98.4, bf16 8192 log_softmax backward 101.7 -> 101.6; 16-bit,
+//     other lengths: bf16 backward 777 / 1500 / 2000 75.2 / 83.7 / 100.6 ->
+//     72.6 / 75.0 / 100.4, f16 1000 log_softmax backward 94.4 -> 89.1, bf16
+//     forward 1500 / 3000 68.9 / 91.4 -> 65.9 / 89.8.
+// (f64 rows follow the f32 rule, unmeasured.) Clusters, the split families
+// and the reference kernels keep their grids.
+constexpr bool grid_walks_rows(c10::ScalarType in, int64_t axis_size) {
+  const bool two_bytes = in == c10::ScalarType::BFloat16 || in == c10::ScalarType::Half;
+  return two_bytes && (axis_size & (axis_size - 1)) != 0;
+}
+
 // Warp family: a row lives in the registers of one warp, or of a 1..16-lane
 // slice of it when rows are tiny, so no lane idles on rows of 4..64 elements.
 constexpr int kWarpSize = 32;
@@ -58,12 +86,19 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 // two rows stay with the warp family (101-103 there): groups of lanes
 // reading rows whose starts share a shared-memory bank would conflict.
 // 16-bit rows lost (f16 rows of 1000, log_softmax backward: 94.0 -> 65.1).
-// Through the op, in benchmarks/bench_softmax, rows of 100 and 200 ran at
-// 100.7 / 100.5 against the warp family's 100.6-101.1 / 98.7-98.8 (torch
-// 51.8 / 103.6): the 2-3 points the direct launches gained over that are
-// not yet understood (the grid, uncapped, changed nothing).
 constexpr int64_t kRowTileMaxRow = 512;
 constexpr int64_t kRowTileBytes = 16384;
+// A run sits in its shared region at its offset from the 32-byte grid (not
+// just the 16-byte one), and regions are 32-byte multiples, so every 32-byte
+// sector of global memory lands on one 32-byte span of shared memory. With
+// y's region 16 bytes off that grid, the op ran 2.5-4.5 points below the
+// lab's launches of the same kernel. Measured on H200 (lab, same process, %
+// of the copy bandwidth; region = tile + 16 bytes, then padded by 16 / 32 /
+// 48 / 64 / 112 bytes): log_softmax rows of 100 100.4, then 102.8 / 99.1 /
+// 103.0 / 99.0 / 102.6; rows of 200 100.4, then 102.8 / 99.2 / 103.0 / 99.1
+// / 102.7; softmax rows of 300 98.5, then 102.9 / 98.5 / 102.8 / 99.0 /
+// 102.8: every region start off the 32-byte grid lost.
+constexpr int64_t kRowTileAlign = 32;
 inline bool row_tile_takes(const Problem& p) {
   if (!p.is_backward() || p.in_dtype != c10::ScalarType::Float) return false;
   const int64_t n = p.axis_size;

@@ -26,21 +26,22 @@ struct RowTileShape {
   int n;           // elements of a row
   int tile_rows;   // rows a block stages at once
   int group;       // lanes per row (a power of two, at most a warp)
-  int region;      // bytes of shared memory per operand region (16-byte multiple)
+  int region;      // bytes of shared memory per operand region (kRowTileAlign multiple)
 };
 
 // Where element e of a flat run [begin, end) of `src` sits in a shared
 // region: at index e - begin + phase, phase = the run's offset (elements)
-// from the 16-byte boundary before it, so that full 16-byte vectors of the
-// run are 16-byte vectors of the region.
+// from the kRowTileAlign-byte boundary before it, so that full 16-byte
+// vectors of the run are 16-byte vectors of the region, and 32-byte sectors
+// of global memory are 32-byte spans of it (config.h).
 template <typename T>
 __device__ __forceinline__ int flat_phase(const T* run) {
-  return static_cast<int>(reinterpret_cast<uintptr_t>(run) % kVectorBytes / sizeof(T));
+  return static_cast<int>(reinterpret_cast<uintptr_t>(run) % kRowTileAlign / sizeof(T));
 }
 
-// A flat run of `len` elements at `phase` elements past a 16-byte boundary,
-// as region indices [phase, end): full 16-byte vectors [full_begin,
-// full_end), and at most P - 1 elements outside them at either end.
+// A flat run of `len` elements at region index `phase` (any offset), as
+// region indices [phase, end): full 16-byte vectors [full_begin, full_end),
+// and at most P - 1 elements outside them at either end.
 template <int P>
 struct FlatRun {
   int end, full_begin, full_end;
@@ -109,8 +110,8 @@ __global__ void __launch_bounds__(kRowTileThreads)
                                      scalar_t* __restrict__ dx, const RowTileShape s, const bool in_place) {
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
-  extern __shared__ __align__(16) unsigned char row_tile_shared[];
-  // Regions: dy, y, then dx unless it is written over dy (same 16-byte phase).
+  extern __shared__ __align__(kRowTileAlign) unsigned char row_tile_shared[];
+  // Regions: dy, y, then dx unless it is written over dy (the same phase).
   scalar_t* dys = reinterpret_cast<scalar_t*>(row_tile_shared);
   scalar_t* ys = reinterpret_cast<scalar_t*>(row_tile_shared + s.region);
   scalar_t* dxs = in_place ? dys : reinterpret_cast<scalar_t*>(row_tile_shared + 2 * s.region);

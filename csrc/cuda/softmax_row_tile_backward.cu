@@ -9,8 +9,8 @@
 
 namespace softmax_ext::cuda {
 
-// Rows of a tile: as many whole rows as kRowTileBytes holds, less a vector
-// for the run's offset from the 16-byte grid, rounded down to a multiple of
+// Rows of a tile: as many whole rows as kRowTileBytes holds, less room for
+// the run's offset from the kRowTileAlign grid, rounded down to a multiple of
 // the block's lane groups where it holds that many.
 static RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes) {
   RowTileShape s{};
@@ -19,11 +19,11 @@ static RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t eleme
   s.group = static_cast<int>(next_pow2(ceil_div(p.axis_size, int64_t{per_lane})));
   TORCH_INTERNAL_ASSERT(s.group <= kWarpSize, "softmax_ext cuda.row_tile: a row of ", p.axis_size);
   const int groups = kRowTileThreads / s.group;
-  int64_t tile_rows = std::max<int64_t>((kRowTileBytes - kVectorBytes) / (p.axis_size * element_bytes), 1);
+  int64_t tile_rows = std::max<int64_t>((kRowTileBytes - kRowTileAlign) / (p.axis_size * element_bytes), 1);
   if (tile_rows >= groups) tile_rows = tile_rows / groups * groups;
   s.tile_rows = static_cast<int>(std::min(tile_rows, p.rows));
-  s.region = static_cast<int>(ceil_div(s.tile_rows * p.axis_size * element_bytes + kVectorBytes, kVectorBytes) *
-                              kVectorBytes);
+  s.region = static_cast<int>(ceil_div(s.tile_rows * p.axis_size * element_bytes + kRowTileAlign, kRowTileAlign) *
+                              kRowTileAlign);
   return s;
 }
 
@@ -34,11 +34,11 @@ void row_tile_backward(const Problem& p, const Buffers& b) {
   const int per_lane = row_tile_per_lane(p.axis_size);
   const RowTileShape s = row_tile_shape(p, per_lane, sizeof(scalar_t));
   // dx goes over dy in shared memory where both sit at the same offset
-  // from the 16-byte grid (then every tile's runs do).
+  // from the kRowTileAlign grid (then every tile's runs do).
   const bool in_place =
-      (reinterpret_cast<uintptr_t>(b.in0) - reinterpret_cast<uintptr_t>(b.out)) % kVectorBytes == 0;
+      (reinterpret_cast<uintptr_t>(b.in0) - reinterpret_cast<uintptr_t>(b.out)) % kRowTileAlign == 0;
   const int64_t shared = (in_place ? 2 : 3) * int64_t{s.region};
-  const unsigned int grid = grid_for_rows(ceil_div(p.rows, int64_t{s.tile_rows}));
+  const unsigned int grid = grid_for_each(ceil_div(p.rows, int64_t{s.tile_rows}));
   dispatch_kind(p.kind, [&](auto epilogues) {
     using E = decltype(epilogues);
     auto launch = [&](auto lanes) {

@@ -24,9 +24,10 @@ WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward) {
   return {static_cast<int>(group), static_cast<int>(packs)};
 }
 
-unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs) {
+unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool walk) {
   const int rows_per_block = warp_rows(packs, max_packs) * (kWarpBlockThreads / group);
-  return grid_for_rows(ceil_div(rows, rows_per_block));
+  const int64_t passes = ceil_div(rows, rows_per_block);
+  return walk ? grid_for_rows(passes) : grid_for_each(passes);
 }
 
 void warp_forward(const Problem& p, const Buffers& b) {
@@ -38,11 +39,13 @@ void warp_forward(const Problem& p, const Buffers& b) {
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<out_t>, false) / P;
     const WarpShape shape =
         warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks, false);
+    const unsigned int grid =
+        warp_grid(p.rows, shape.group, shape.packs, kMaxPacks, grid_walks_rows(p.in_dtype, p.axis_size));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
         softmax_warp_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, decltype(packs)::value>
-            <<<warp_grid(p.rows, shape.group, shape.packs, kMaxPacks), kWarpBlockThreads, 0,
+            <<<grid, kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(static_cast<const in_t*>(b.in0),
                                                     static_cast<out_t*>(b.out), layout, shape.group);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

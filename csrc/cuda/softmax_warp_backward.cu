@@ -17,11 +17,13 @@ void warp_backward(const Problem& p, const Buffers& b) {
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / P;
     const WarpShape shape =
         warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)), P, kMaxPacks, true);
+    const unsigned int grid =
+        warp_grid(p.rows, shape.group, shape.packs, kMaxPacks, grid_walks_rows(p.in_dtype, p.axis_size));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
         softmax_warp_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, decltype(packs)::value>
-            <<<warp_grid(p.rows, shape.group, shape.packs, kMaxPacks), kWarpBlockThreads, 0,
+            <<<grid, kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(
                 static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
                 static_cast<scalar_t*>(b.out), layout, shape.group);

@@ -59,7 +59,8 @@ constexpr int warp_target_packs(int64_t element_bytes, bool backward, int64_t pa
   return 4;
 }
 WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward);
-unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs);
+// The grid for `rows` rows (config.h, grid_walks_rows: `walk`).
+unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool walk);
 
 // Rows of the whole block are processed together; the loop bound is uniform
 // across the block so every lane takes part in every shuffle. A group holds
