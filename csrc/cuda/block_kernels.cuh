@@ -57,7 +57,7 @@ void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Lau
       constexpr bool kStaged = decltype(staged)::value && (kPacked || !is_reduced_float_v<in_t>);
       if (kStaged) shape.smem_bytes = stage_bytes(kBackward ? 2 : 1, kPacks, shape.threads);
       shape.persistent = shape.cluster_size > 1;
-      shape.walks_rows = shape.persistent || grid_walks_rows(p.in_dtype, p.axis_size);
+      shape.walks_rows = shape.persistent || grid_walks_rows(p.in_dtype, p.axis_size, kBackward);
       launch(std::bool_constant<kPacked>{}, std::integral_constant<int, kPacks>{}, std::bool_constant<kStaged>{},
              shape);
     });

@@ -35,11 +35,11 @@ constexpr int elems_per_thread(bool double_acc, bool backward) {
 
 // Grids of the warp, row-tile and block families: a block per pass over
 // its rows (one group of rows, one tile, one row), so the hardware's block
-// scheduler deals the work out to the end. 16-bit rows whose length is not a
-// power of two are the exception: they run faster on kMaxGridBlocks blocks
-// (common.cuh), each walking several passes. Measured on H200 (the op, the
-// two grids alternating in one process, % of the copy bandwidth), 65535
-// blocks -> a block per pass:
+// scheduler deals the work out to the end. 16-bit rows are the exception,
+// but for backward rows whose length is a power of two: they run faster on
+// kMaxGridBlocks blocks (common.cuh), each walking several passes. Measured
+// on H200 (the op, the two grids alternating in one process, % of the copy
+// bandwidth), 65535 blocks -> a block per pass:
 //   warp f32 rows of 32 / 128 / 1024 / 100 / 200 forward 97.8 / 98.0 / 98.1
 //     / 79.4 / 96.5 -> 99.5 / 99.8 / 98.1 / 81.4 / 97.2, (2^24, 16) 98.1 ->
 //     99.8; backward 128 log_softmax 101.2 -> 102.4, 256 101.2 -> 102.3,
@@ -54,11 +54,15 @@ constexpr int elems_per_thread(bool double_acc, bool backward) {
 //     other lengths: bf16 backward 777 / 1500 / 2000 75.2 / 83.7 / 100.6 ->
 //     72.6 / 75.0 / 100.4, f16 1000 log_softmax backward 94.4 -> 89.1, bf16
 //     forward 1500 / 3000 68.9 / 91.4 -> 65.9 / 89.8.
-// (f64 rows follow the f32 rule, unmeasured.) Clusters, the split families
-// and the reference kernels keep their grids.
-constexpr bool grid_walks_rows(c10::ScalarType in, int64_t axis_size) {
+// In benchmarks/bench_softmax (a block per pass against earlier runs'
+// figures), 16-bit forward rows of 32 lost 4-7 points (bf16 softmax 99.0 ->
+// 92.2, f16 97.9 -> 91.8) where their backward gained 1-1.5, so 16-bit
+// forward rows walk whatever their length. (f64 rows follow the f32 rule,
+// unmeasured.) Clusters, the split families and the reference kernels keep
+// their grids.
+constexpr bool grid_walks_rows(c10::ScalarType in, int64_t axis_size, bool backward) {
   const bool two_bytes = in == c10::ScalarType::BFloat16 || in == c10::ScalarType::Half;
-  return two_bytes && (axis_size & (axis_size - 1)) != 0;
+  return two_bytes && (!backward || (axis_size & (axis_size - 1)) != 0);
 }
 
 // Warp family: a row lives in the registers of one warp, or of a 1..16-lane

@@ -18,7 +18,7 @@ void warp_backward(const Problem& p, const Buffers& b) {
     const WarpShape shape =
         warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(scalar_t)), P, kMaxPacks, true);
     const unsigned int grid =
-        warp_grid(p.rows, shape.group, shape.packs, kMaxPacks, grid_walks_rows(p.in_dtype, p.axis_size));
+        warp_grid(p.rows, shape.group, shape.packs, kMaxPacks, grid_walks_rows(p.in_dtype, p.axis_size, true));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
