@@ -277,6 +277,41 @@ def test_row_tile_more_than_2_31_elements():
     torch.cuda.empty_cache()
 
 
+@pytest.mark.parametrize(
+    "dtype,shape,backward,family",
+    # more passes than 65535 blocks: f32 rows on a block per pass (past
+    # 65535 blocks), 16-bit forward rows and 16-bit backward rows off the
+    # powers of two on 65535 blocks walking several passes each
+    # (csrc/cuda/config.h, grid_walks_rows)
+    [(torch.float32, (2**23 + 5, 16), False, "cuda.warp"), (torch.float32, (140003, 1000), True, "cuda.block_backward"),
+     (torch.bfloat16, (2**23 + 5, 32), False, "cuda.warp"), (torch.float16, (140003, 1500), False, "cuda.block"),
+     (torch.bfloat16, (140003, 1500), True, "cuda.block_backward")],
+    ids=["f32-warp", "f32-block-backward", "bf16-warp", "f16-block", "bf16-block-backward"],
+)
+def test_grids_past_65535_passes(sx, dtype, shape, backward, family):
+    """Every row is done whichever grid the family takes: compared in
+    float64 on the first, middle and last rows."""
+    rows, n = shape
+    parts = (slice(0, 3), slice(rows // 2, rows // 2 + 3), slice(rows - 5, rows))
+    for kind in KINDS:
+        x = torch.empty(shape, device="cuda", dtype=dtype).normal_()
+        assert sx.plan(x, -1, kind=kind, backward=backward).kernel.startswith(family)
+        if backward:
+            name = kind + "_backward"
+            y = getattr(torch, kind)(x, -1)
+            out = ours(name)(x, y, -1)
+            for part in parts:
+                assert_close_verbose(out[part], reference_backward(name, x[part], y[part], -1), msg=f"{name} rows {part}",
+                                     **tolerances(name, dtype, n))
+        else:
+            out = ours(kind)(x, -1)
+            for part in parts:
+                assert_close_verbose(out[part], reference_forward(kind, x[part], -1), msg=f"{kind} rows {part}",
+                                     **tolerances(kind, dtype, n))
+        del x, out
+    torch.cuda.empty_cache()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64], ids=["f32", "f16", "f64"])
 def test_warp_lengths_and_offsets(dtype):
     """Every lane-group size, and rows starting at every offset within a 16-byte vector,
