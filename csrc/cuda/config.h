@@ -21,6 +21,12 @@ constexpr int kVectorBytes = 16;
 // Elements per vector ("pack") for an element size: 4 f32, 8 f16/bf16, 2 f64.
 constexpr int pack_size(int64_t element_bytes) { return kVectorBytes / static_cast<int>(element_bytes); }
 
+// n & (n - 1) == 0: n is a power of two, or 0.
+constexpr bool is_pow2(int64_t n) { return (n & (n - 1)) == 0; }
+constexpr bool is_16bit_float(c10::ScalarType t) {
+  return t == c10::ScalarType::BFloat16 || t == c10::ScalarType::Half;
+}
+
 // Row elements each thread keeps in registers, as accumulator values. 32
 // floats (16 doubles) is the largest per-thread fragment with which the
 // f32/f16/bf16 warp, block and cluster kernels fit 64 registers per thread
@@ -61,8 +67,7 @@ constexpr int elems_per_thread(bool double_acc, bool backward) {
 // unmeasured.) Clusters, the split families and the reference kernels keep
 // their grids.
 constexpr bool grid_walks_rows(c10::ScalarType in, int64_t axis_size, bool backward) {
-  const bool two_bytes = in == c10::ScalarType::BFloat16 || in == c10::ScalarType::Half;
-  return two_bytes && (!backward || (axis_size & (axis_size - 1)) != 0);
+  return is_16bit_float(in) && (!backward || !is_pow2(axis_size));
 }
 
 // Warp family: a row lives in the registers of one warp, or of a 1..16-lane
@@ -106,7 +111,7 @@ constexpr int64_t kRowTileAlign = 32;
 inline bool row_tile_takes(const Problem& p) {
   if (!p.is_backward() || p.in_dtype != c10::ScalarType::Float) return false;
   const int64_t n = p.axis_size;
-  if (n > kRowTileMaxRow || (n & (n - 1)) == 0) return false;
+  if (n > kRowTileMaxRow || is_pow2(n)) return false;
   // Flat: every operand's rows follow one another (one batch dim after
   // coalescing, of stride n).
   if (p.batch_rank > 1) return false;
@@ -167,9 +172,7 @@ constexpr int kClusterHalfBlockSaving = 8;
 //   cluster        f16 N=65536 forward 71.2 -> 90.0, backward 69.9 -> 100.1;
 //                  N=262144 60.7 -> 82.7 and 55.8 -> 88.8
 constexpr int64_t kPackedMinRow = 4096;
-constexpr bool packs_registers(c10::ScalarType in) {
-  return in == c10::ScalarType::BFloat16 || in == c10::ScalarType::Half;
-}
+constexpr bool packs_registers(c10::ScalarType in) { return is_16bit_float(in); }
 constexpr bool keeps_packed(c10::ScalarType in, int64_t axis_size, bool cluster) {
   return packs_registers(in) && (cluster || axis_size > kPackedMinRow);
 }
@@ -327,8 +330,7 @@ constexpr int64_t strided_capacity(bool double_acc, bool backward, int64_t eleme
 // of half inputs). Other `dtype=` pairs run on the reference kernel.
 constexpr bool has_fast_kernels(c10::ScalarType in, c10::ScalarType out) {
   if (in == out) return true;
-  return out == c10::ScalarType::Float &&
-         (in == c10::ScalarType::Half || in == c10::ScalarType::BFloat16);
+  return out == c10::ScalarType::Float && is_16bit_float(in);
 }
 
 // Tiles per row of the split family. A row may start anywhere inside a

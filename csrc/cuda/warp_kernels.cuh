@@ -55,11 +55,11 @@ constexpr int kWarpMinGroup = 2;
 constexpr int kWarpMinWideGroup = 4;
 constexpr int warp_target_packs(int64_t element_bytes, bool backward, int64_t packs_needed) {
   if (backward) return 2;
-  if (element_bytes == 4) return (packs_needed & (packs_needed - 1)) == 0 ? 2 : 4;
+  if (element_bytes == 4) return is_pow2(packs_needed) ? 2 : 4;
   return 4;
 }
 WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward);
-// The grid for `rows` rows (config.h, grid_walks_rows: `walk`).
+// `walk`: config.h, grid_walks_rows.
 unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool walk);
 
 // Rows of the whole block are processed together; the loop bound is uniform
