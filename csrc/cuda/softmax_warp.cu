@@ -41,13 +41,14 @@ void warp_forward(const Problem& p, const Buffers& b) {
         warp_shape(p.axis_size + view_slack(p, kIn0, b.in0, sizeof(in_t)), P, kMaxPacks, false);
     const unsigned int grid =
         warp_grid(p.rows, shape.group, shape.packs, kMaxPacks, grid_walks_rows(p.in_dtype, p.axis_size, false));
+    const int view_align = warp_view_align(p.axis_size, shape, sizeof(in_t));
     dispatch_kind(p.kind, [&](auto epilogues) {
       using E = decltype(epilogues);
       dispatch_packs<kMaxPacks>(shape.packs, [&](auto packs) {
         softmax_warp_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, decltype(packs)::value>
             <<<grid, kWarpBlockThreads, 0,
                c10::cuda::getCurrentCUDAStream()>>>(static_cast<const in_t*>(b.in0),
-                                                    static_cast<out_t*>(b.out), layout, shape.group);
+                                                    static_cast<out_t*>(b.out), layout, shape.group, view_align);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });

@@ -61,6 +61,31 @@ constexpr int warp_target_packs(int64_t element_bytes, bool backward, int64_t pa
 WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward);
 // `walk`: config.h, grid_walks_rows.
 unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool walk);
+// The boundary forward rows are viewed from (make_view). f32 rows filling
+// at least 72% (kWarpWideViewFillNum / Den) of their group's capacity: the bytes one access
+// of the group spans (a 16-byte vector a lane), at most a line, so that
+// each access covers whole sectors; the rest: 16 bytes. Measured on H200, %
+// of the copy bandwidth, f32 softmax forward, 16 bytes -> the span, rows of
+// (fill of the capacity):
+//   52 (.81) 87.0 -> 91.2, 60 (.94) 84.5 -> 88.6, 92 (.72) 86.3 -> 93.7,
+//   100 (.78) 83.3 -> 93.5, 108 (.84) 82.0 -> 93.4, 116 (.91) 79.5 -> 93.7,
+//   124 (.97) 78.7 -> 87.3, 196 (.77) 94.8 -> 97.0, 212 (.83) 94.3 -> 96.7,
+//   244 (.95) 93.5 -> 95.6, 380 (.74) 93.1 -> 95.0, 460 (.90) 96.3 -> 97.2;
+// but rows filling less lost: 36 (.56) 77.8 -> 71.1, 44 (.69) 83.1 -> 77.3,
+//   68 (.53) 81.3 -> 75.0, 76 (.59) 83.6 -> 81.0, 180 (.70) 91.5 -> 88.6,
+//   132 (.52) 77.7 -> 76.1.
+// (A warp's rows then start at different view positions, so its lanes
+// branch apart on more of their packs; a full row has few such packs.)
+// 16-bit and f64 rows and the backward lost on it too (bf16 backward rows
+// of 200 89.8 -> 86.2, f16 forward rows of 1000 88.0 -> 85.6, f64 forward
+// rows of 100 87.8 -> 85.7).
+constexpr int kWarpViewAlignMax = 128;
+constexpr int64_t kWarpWideViewFillNum = 23, kWarpWideViewFillDen = 32;  // 72%
+constexpr int warp_view_align(int64_t n, const WarpShape& shape, int64_t element_bytes) {
+  const int64_t capacity = int64_t{shape.group} * shape.packs * (kVectorBytes / element_bytes);
+  if (element_bytes != 4 || n * kWarpWideViewFillDen < capacity * kWarpWideViewFillNum) return kVectorBytes;
+  return shape.group * kVectorBytes < kWarpViewAlignMax ? shape.group * kVectorBytes : kWarpViewAlignMax;
+}
 
 // Rows of the whole block are processed together; the loop bound is uniform
 // across the block so every lane takes part in every shuffle. A group holds
@@ -90,7 +115,7 @@ struct WarpRowLoop {
 template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks>
 __global__ void __launch_bounds__(kWarpBlockThreads)
     softmax_warp_forward_kernel(const in_t* __restrict__ x, out_t* __restrict__ y,
-                                const RowIndexer<2> layout, const int group) {
+                                const RowIndexer<2> layout, const int group, const int view_align) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
   constexpr int kRows = warp_rows(kPacks, elems_per_thread(is_double_acc_v<out_t>, false) / P);
@@ -109,7 +134,8 @@ __global__ void __launch_bounds__(kWarpBlockThreads)
       offset[r][0] = offset[r][1] = 0;
       if (row < layout.rows) layout.row_offsets(row, offset[r]);
       x_row[r] = x + offset[r][0];
-      view[r] = row < layout.rows ? make_view(x_row[r], layout.axis_size, capacity) : RowView{0, 0, false};
+      view[r] = row < layout.rows ? make_view(x_row[r], layout.axis_size, capacity, view_align)
+                                : RowView{0, 0, false};
     }
     acc_t v[kRows][kPacks][P];
     load_fragments<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
