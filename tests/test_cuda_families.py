@@ -335,6 +335,21 @@ def test_warp_lengths_and_offsets(dtype):
                                      **tolerances(name, dtype, n))
 
 
+@pytest.mark.parametrize("n", [44, 52, 60, 91, 92, 100, 116, 124, 180, 196, 244, 380, 460])
+def test_warp_rows_at_every_line_offset(sx, n):
+    """f32 forward rows on either side of the fill that views a row from its group's access
+    span rather than 16 bytes (up to a 128-byte line): contiguous rows starting at every
+    16-byte offset within a line, and off 16-byte boundaries, against float64."""
+    for start in (0, 2, 4, 8, 12, 16, 20, 28):
+        rows = 67
+        base = make_input((rows * n + start,), torch.float32, "cuda", seed=n + start)
+        x = base[start:].view(rows, n)
+        assert sx.plan(x, -1).kernel == "cuda.warp.f32"
+        for kind in KINDS:
+            assert_close_verbose(ours(kind)(x, -1), reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                                 **tolerances(kind, torch.float32, n))
+
+
 @pytest.mark.parametrize("n", [1500, 4097, 20000, 40000, 100003])
 @pytest.mark.parametrize("start", [0, 1, 5])
 def test_unaligned_rows_long(n, start):
