@@ -56,8 +56,8 @@ def expected_limits(dtype, backward, max_cluster):
         "split_tile": 512 * e,
         "strided_min_inner": 4,
         "split_resident": resident_capacity(e, element_size, backward),
-        # backward f32 rows laid out one after another, not a power of two
-        "row_tile": 512 if backward and dtype == torch.float32 else 0,
+        # backward f32, bf16 and f16 rows laid out one after another, not a power of two
+        "row_tile": 512 if backward and dtype in (torch.float32, torch.bfloat16, torch.float16) else 0,
     }
 
 
@@ -219,23 +219,31 @@ WARP_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_row_tile_thresholds(kind):
-    """Backward f32 rows laid out one after another run on the row-tile
-    family up to 512 elements, except powers of two (the warp family's)."""
+    """Backward f32, bf16 and f16 rows laid out one after another run on the
+    row-tile family up to 512 elements, except powers of two (the warp family's)."""
     for shape, family in [((5, 3), "cuda.row_tile"), ((300, 100), "cuda.row_tile"), ((2, 3, 100), "cuda.row_tile"),
                           ((7, 511), "cuda.row_tile"), ((4, 1), "cuda.warp"), ((9, 64), "cuda.warp"),
                           ((3, 512), "cuda.warp"), ((3, 513), "cuda.block")]:
-        check_family(kind, torch.float32, shape, -1, family + "_backward", backward=True)
-    # forward, and 16-bit or f64 rows, stay with the warp family
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            check_family(kind, dtype, shape, -1, family + "_backward", backward=True)
+    # forward, and f64 rows, stay with the warp family
     check_family(kind, torch.float32, (300, 100), -1, "cuda.warp")
-    for dtype in (torch.bfloat16, torch.float16, torch.float64):
-        check_family(kind, dtype, (300, 100), -1, "cuda.warp_backward", backward=True)
+    check_family(kind, torch.float64, (300, 100), -1, "cuda.warp_backward", backward=True)
 
 
 ROW_TILE_LENGTHS = [3, 7, 24, 33, 100, 255, 257, 300, 500, 511]
 
 
+# (dy, y) starts in elements: on the 32-byte grid, off the 16-byte one, and 16
+# bytes off the 32-byte one with dx sharing dy's 16-byte phase only.
+ROW_TILE_STARTS = {torch.float32: [(0, 0), (1, 0), (0, 3), (2, 1), (4, 0), (5, 7), (7, 4)],
+                   torch.bfloat16: [(0, 0), (1, 0), (0, 3), (2, 1), (8, 0), (9, 15), (15, 8)],
+                   torch.float16: [(0, 0), (3, 5), (8, 0), (9, 15)]}
+
+
+@pytest.mark.parametrize("dtype", list(ROW_TILE_STARTS), ids=[TAGS[d] for d in ROW_TILE_STARTS])
 @pytest.mark.parametrize("n", ROW_TILE_LENGTHS)
-def test_row_tile_offsets_and_layouts(sx, n):
+def test_row_tile_offsets_and_layouts(sx, n, dtype):
     """Row-tile backward with dy, y and dx at different offsets from the
     32-byte grid (dx then has its own shared-memory region, also where dy and
     dx share the 16-byte phase but not the 32-byte one), row counts that
@@ -244,20 +252,20 @@ def test_row_tile_offsets_and_layouts(sx, n):
     rows = 1000 + n % 7
     for kind in KINDS:
         name = kind + "_backward"
-        for dy_start, y_start in [(0, 0), (1, 0), (0, 3), (2, 1), (4, 0), (5, 7), (7, 4)]:
-            dy = make_input((rows * n + 8,), torch.float32, "cuda", seed=n, scale=1.0)[dy_start : dy_start + rows * n]
-            y = torch.empty(rows * n + 8, device="cuda")[y_start : y_start + rows * n]
+        for dy_start, y_start in ROW_TILE_STARTS[dtype]:
+            dy = make_input((rows * n + 16,), dtype, "cuda", seed=n, scale=1.0)[dy_start : dy_start + rows * n]
+            y = torch.empty(rows * n + 16, device="cuda", dtype=dtype)[y_start : y_start + rows * n]
             _, y_rows = make_backward_inputs(name, (rows, n), -1, torch.float64, "cpu", seed=n)
             dy, y = dy.view(rows, n), y.view(rows, n).copy_(y_rows)
-            assert sx.plan(dy, -1, kind=kind, backward=True).kernel == "cuda.row_tile_backward.f32"
+            assert sx.plan(dy, -1, kind=kind, backward=True).kernel == f"cuda.row_tile_backward.{TAGS[dtype]}"
             dx = ours(name)(dy, y, -1)
             assert_close_verbose(dx, reference_backward(name, dy, y, -1), msg=f"{name} n={n} at {dy_start}/{y_start}",
-                                 **tolerances(name, torch.float32, n))
-        dy_wide, y_wide = make_backward_inputs(name, (rows, n + 5), -1, torch.float32, "cuda", seed=n + 1)
+                                 **tolerances(name, dtype, n))
+        dy_wide, y_wide = make_backward_inputs(name, (rows, n + 5), -1, dtype, "cuda", seed=n + 1)
         dy, y = dy_wide[:, 1 : n + 1], y_wide[:, 1 : n + 1]
         assert sx.plan(dy, -1, kind=kind, backward=True).kernel.startswith("cuda.warp_backward")
         assert_close_verbose(ours(name)(dy, y, -1), reference_backward(name, dy, y, -1), msg=f"{name} n={n} sliced",
-                             **tolerances(name, torch.float32, n))
+                             **tolerances(name, dtype, n))
 
 
 def test_row_tile_more_than_2_31_elements():

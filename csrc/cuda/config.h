@@ -77,8 +77,8 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
   return int64_t{kWarpSize} * elems_per_thread(double_acc, backward);
 }
 
-// Row-tile family, backward (row_tile_kernels.cuh): f32 rows of up to
-// kRowTileMaxRow elements that are not a power of two, laid out one after
+// Row-tile family, backward (row_tile_kernels.cuh): f32, bf16 and f16 rows
+// of up to kRowTileMaxRow elements that are not a power of two, laid out one after
 // another in every operand. A block stages kRowTileBytes of whole rows of dy
 // and of y in shared memory as flat 16-byte copies, so no lane idles on the
 // part of a power-of-two lane group that a row leaves empty, and the
@@ -94,7 +94,14 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 // rows of 80), and rows of 1000 (16 values a lane) gained nothing. Power-of-
 // two rows stay with the warp family (101-103 there): groups of lanes
 // reading rows whose starts share a shared-memory bank would conflict.
-// 16-bit rows lost (f16 rows of 1000, log_softmax backward: 94.0 -> 65.1).
+// 16-bit rows gain more (the same tile bytes, twice the rows), warp or
+// block family -> row tile, softmax / log_softmax backward (lab, the op with
+// the family switched, torch in the same rounds at 44-80): bf16 rows of 48
+// 88.4 -> 94.6, 77 53.9 -> 85.9, 197 64.2 / 53.3 -> 93.0 / 82.3, 300 61.8 /
+// 55.6 -> 82.0 / 74.7, 500 log_softmax 77.6 -> 91.3; f16 rows of 100 65.6 ->
+// 88.1, 197 63.9 -> 87.9. (Longer 16-bit rows lost in an earlier tile
+// layout: f16 rows of 1000, log_softmax, 94.0 -> 65.1.) f64 rows stay with
+// the warp family.
 constexpr int64_t kRowTileMaxRow = 512;
 constexpr int64_t kRowTileBytes = 16384;
 // A run sits in its shared region at its offset from the 32-byte grid (not
@@ -108,8 +115,9 @@ constexpr int64_t kRowTileBytes = 16384;
 // / 102.7; softmax rows of 300 98.5, then 102.9 / 98.5 / 102.8 / 99.0 /
 // 102.8: every region start off the 32-byte grid lost.
 constexpr int64_t kRowTileAlign = 32;
+constexpr bool row_tile_dtype(c10::ScalarType t) { return t == c10::ScalarType::Float || is_16bit_float(t); }
 inline bool row_tile_takes(const Problem& p) {
-  if (!p.is_backward() || p.in_dtype != c10::ScalarType::Float) return false;
+  if (!p.is_backward() || !row_tile_dtype(p.in_dtype)) return false;
   const int64_t n = p.axis_size;
   if (n > kRowTileMaxRow || is_pow2(n)) return false;
   // Flat: every operand's rows follow one another (one batch dim after
