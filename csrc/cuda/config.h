@@ -78,8 +78,8 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 }
 
 // Row-tile family, backward (row_tile_kernels.cuh): f32, bf16 and f16 rows
-// of up to kRowTileMaxRow elements that are not a power of two, laid out one after
-// another in every operand. A block stages kRowTileBytes of whole rows of dy
+// of up to kRowTileMaxRow elements that are not a power of two, laid out one
+// after another in every operand. A block stages kRowTileBytes of whole rows of dy
 // and of y in shared memory as flat 16-byte copies, so no lane idles on the
 // part of a power-of-two lane group that a row leaves empty, and the
 // per-row 16-byte views of the warp family (partial vectors at each end of

@@ -62,9 +62,9 @@ WarpShape warp_shape(int64_t needed, int pack, int max_packs, bool backward);
 // `walk`: config.h, grid_walks_rows.
 unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool walk);
 // The boundary forward rows are viewed from (make_view). f32 rows filling
-// at least 72% (kWarpWideViewFillNum / Den) of their group's capacity: the bytes one access
-// of the group spans (a 16-byte vector a lane), at most a line, so that
-// each access covers whole sectors; the rest: 16 bytes. Measured on H200, %
+// at least 72% (kWarpWideViewFillNum / Den) of their group's capacity: the
+// bytes one access of the group spans (a 16-byte vector a lane), at most a
+// line, so that each access covers whole sectors; the rest: 16 bytes. Measured on H200, %
 // of the copy bandwidth, f32 softmax forward, 16 bytes -> the span, rows of
 // (fill of the capacity):
 //   52 (.81) 87.0 -> 91.2, 60 (.94) 84.5 -> 88.6, 92 (.72) 86.3 -> 93.7,
@@ -74,8 +74,9 @@ unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool w
 // but rows filling less lost: 36 (.56) 77.8 -> 71.1, 44 (.69) 83.1 -> 77.3,
 //   68 (.53) 81.3 -> 75.0, 76 (.59) 83.6 -> 81.0, 180 (.70) 91.5 -> 88.6,
 //   132 (.52) 77.7 -> 76.1.
-// (A warp's rows then start at different view positions, so its lanes
-// branch apart on more of their packs; a full row has few such packs.)
+// (Probably because a warp's rows then start at different view positions,
+// so its lanes branch apart on more of their packs; a full row has few
+// such packs. Not measured.)
 // 16-bit and f64 rows and the backward lost on it too (bf16 backward rows
 // of 200 89.8 -> 86.2, f16 forward rows of 1000 88.0 -> 85.6, f64 forward
 // rows of 100 87.8 -> 85.7).
