@@ -20,8 +20,8 @@ def cases():
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
     yield rnd(7, 1025), -1          # contiguous rows (warp or block family)
-    yield rnd(37, 5), -1            # tiny rows: lane groups of a warp (backward f32: the row tile)
-    yield rnd(333, 100), -1         # backward f32: row tiles, the last one partly filled
+    yield rnd(37, 5), -1            # tiny rows: lane groups of a warp (backward f32/bf16/f16: the row tile)
+    yield rnd(333, 100), -1         # backward f32/bf16/f16: row tiles, the last one partly filled
     yield rnd(50, 101)[:, 1:], -1   # warp rows filling their lane group partly, off a 16-byte boundary
     yield rnd(3, 200, 5)[:, :, 1:], 1  # strided, unaligned
     yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
@@ -74,16 +74,18 @@ def main():
         dx = softmax_ext.softmax_backward(dy, y, -1)
         want = torch.ops.aten._softmax_backward_data(dy.double().cpu(), y.double().cpu(), -1, torch.float64)
         bad += mismatches(dx, want, dtype, f"softmax_backward {dtype} dy transposed")
-    # row-tile backward (f32 rows one after another) with dy, y and dx at
+    # row-tile backward (rows one after another) with dy, y and dx at
     # different offsets from the 16-byte grid
-    for kind in ("softmax", "log_softmax"):
-        y64 = getattr(torch, kind)(torch.randn(333, 100, generator=gen, dtype=torch.float64), -1)
-        y = torch.empty(333 * 100 + 2, device="cuda")[2:].view(333, 100).copy_(y64)
-        dy64 = torch.randn(333 * 100 + 1, generator=gen, dtype=torch.float64)[1:].view(333, 100)
-        dy = torch.empty(333 * 100 + 1, device="cuda")[1:].view(333, 100).copy_(dy64)
-        dx = getattr(softmax_ext, f"{kind}_backward")(dy, y, -1)
-        want = getattr(torch.ops.aten, f"_{kind}_backward_data")(dy64, y.double().cpu(), -1, torch.float64)
-        bad += mismatches(dx, want, torch.float32, f"{kind}_backward row tile off the 16-byte grid")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for kind in ("softmax", "log_softmax"):
+            y64 = getattr(torch, kind)(torch.randn(333, 100, generator=gen, dtype=torch.float64), -1)
+            y = torch.empty(333 * 100 + 2, device="cuda", dtype=dtype)[2:].view(333, 100).copy_(y64)
+            dy64 = torch.randn(333 * 100 + 1, generator=gen, dtype=torch.float64)[1:].view(333, 100)
+            dy = torch.empty(333 * 100 + 1, device="cuda", dtype=dtype)[1:].view(333, 100).copy_(dy64)
+            dx = getattr(softmax_ext, f"{kind}_backward")(dy, y, -1)
+            want = getattr(torch.ops.aten, f"_{kind}_backward_data")(dy.double().cpu(), y.double().cpu(), -1,
+                                                                     torch.float64)
+            bad += mismatches(dx, want, dtype, f"{kind}_backward {dtype} row tile off the 16-byte grid")
     torch.cuda.synchronize()
     print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
     return 1 if bad else 0
