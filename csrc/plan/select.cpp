@@ -31,8 +31,8 @@ KernelFamily select_cpu(const Problem& p) {
 }
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
-// Contiguous rows by length: warp (backward f32 rows one after another
-// that are not a power of two: the row tile), block, cluster (sm_90+), then split
+// Contiguous rows by length: warp (backward f32, bf16 and f16 rows one after
+// another that are not a power of two: the row tile), block, cluster (sm_90+), then split
 // (resident where the GPU's blocks hold a row on chip). A
 // strided axis with an inner run goes to the strided family while a block or
 // cluster holds it (up to strided_reach), then to the strided split family.
