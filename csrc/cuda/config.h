@@ -79,9 +79,9 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 
 // Row-tile family, backward (row_tile_kernels.cuh): f32, bf16 and f16 rows
 // of up to kRowTileMaxRow elements that are not a power of two, laid out one
-// after another in every operand. A block stages kRowTileBytes of whole rows of dy
-// and of y in shared memory as flat 16-byte copies, so no lane idles on the
-// part of a power-of-two lane group that a row leaves empty, and the
+// after another in every operand. A block stages kRowTileBytes of whole rows
+// of dy and of y in shared memory as flat 16-byte copies, so no lane idles
+// on the part of a power-of-two lane group that a row leaves empty, and the
 // per-row 16-byte views of the warp family (partial vectors at each end of
 // a row off the 16-byte grid) are gone. Measured on H200 (lab: the kernels
 // launched directly, side by side in one process), % of the copy
@@ -116,10 +116,13 @@ constexpr int64_t kRowTileBytes = 16384;
 // 102.8: every region start off the 32-byte grid lost.
 constexpr int64_t kRowTileAlign = 32;
 constexpr bool row_tile_dtype(c10::ScalarType t) { return t == c10::ScalarType::Float || is_16bit_float(t); }
+// The longest row the family takes for `in` rows (0: none).
+constexpr int64_t row_tile_capacity(c10::ScalarType in, bool backward) {
+  return backward && row_tile_dtype(in) ? kRowTileMaxRow : 0;
+}
 inline bool row_tile_takes(const Problem& p) {
-  if (!p.is_backward() || !row_tile_dtype(p.in_dtype)) return false;
   const int64_t n = p.axis_size;
-  if (n > kRowTileMaxRow || is_pow2(n)) return false;
+  if (n > row_tile_capacity(p.in_dtype, p.is_backward()) || is_pow2(n)) return false;
   // Flat: every operand's rows follow one another (one batch dim after
   // coalescing, of stride n).
   if (p.batch_rank > 1) return false;

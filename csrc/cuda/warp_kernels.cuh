@@ -64,9 +64,9 @@ unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool w
 // The boundary forward rows are viewed from (make_view). f32 rows filling
 // at least 72% (kWarpWideViewFillNum / Den) of their group's capacity: the
 // bytes one access of the group spans (a 16-byte vector a lane), at most a
-// line, so that each access covers whole sectors; the rest: 16 bytes. Measured on H200, %
-// of the copy bandwidth, f32 softmax forward, 16 bytes -> the span, rows of
-// (fill of the capacity):
+// line, so that each access covers whole sectors; the rest: 16 bytes.
+// Measured on H200, % of the copy bandwidth, f32 softmax forward, 16 bytes
+// -> the span, rows of (fill of the capacity):
 //   52 (.81) 87.0 -> 91.2, 60 (.94) 84.5 -> 88.6, 92 (.72) 86.3 -> 93.7,
 //   100 (.78) 83.3 -> 93.5, 108 (.84) 82.0 -> 93.4, 116 (.91) 79.5 -> 93.7,
 //   124 (.97) 78.7 -> 87.3, 196 (.77) 94.8 -> 97.0, 212 (.83) 94.3 -> 96.7,
@@ -83,7 +83,7 @@ unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool w
 constexpr int kWarpViewAlignMax = 128;
 constexpr int64_t kWarpWideViewFillNum = 23, kWarpWideViewFillDen = 32;  // 72%
 constexpr int warp_view_align(int64_t n, const WarpShape& shape, int64_t element_bytes) {
-  const int64_t capacity = int64_t{shape.group} * shape.packs * (kVectorBytes / element_bytes);
+  const int64_t capacity = int64_t{shape.group} * shape.packs * pack_size(element_bytes);
   if (element_bytes != 4 || n * kWarpWideViewFillDen < capacity * kWarpWideViewFillNum) return kVectorBytes;
   return shape.group * kVectorBytes < kWarpViewAlignMax ? shape.group * kVectorBytes : kWarpViewAlignMax;
 }

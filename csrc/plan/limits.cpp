@@ -31,7 +31,7 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>> limits(const at::Tens
            cuda::strided_reach(dbl, backward, bytes, clusters), clusters,
            cuda::kStridedMinInner, cuda::split_tile(dbl, backward),
            cuda::split_resident_capacity(bytes, dbl, backward, shared, cuda::sm_count(device)),
-           backward && cuda::row_tile_dtype(like.scalar_type()) ? cuda::kRowTileMaxRow : 0}};
+           cuda::row_tile_capacity(like.scalar_type(), backward)}};
 #else
   return {};
 #endif
