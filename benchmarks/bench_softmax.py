@@ -71,11 +71,12 @@ def gpu_cases(quick):
                   Case("mid-long-row", (512, 1 << 21), -1, "bf16"), Case("mid-long-row", (64, 1 << 22), -1, "f32"),
                   Case("mid-long-row", (16, 1 << 23), -1, "bf16")]
         # lengths off the powers of two: rows that fill their lane group partly
-        # (f32 rows of 60 and 116 leave one lane of four a pack short), 16-bit
-        # rows starting off 16-byte boundaries (bf16 197: a ViT's 197 tokens)
+        # (f32 rows of 60 and 116 leave one lane of four a pack short; 126 and
+        # 510, half a pack), 16-bit rows starting off 16-byte boundaries (bf16
+        # 197: a ViT's 197 tokens)
         cases += [Case("odd-row", (GIB // (n * DTYPES[d].itemsize), n), -1, d)
-                  for d, n in (("f32", 60), ("f32", 100), ("f32", 116), ("f32", 200), ("bf16", 197),
-                               ("bf16", 777), ("bf16", 1500), ("f16", 1000))]
+                  for d, n in (("f32", 60), ("f32", 100), ("f32", 116), ("f32", 126), ("f32", 200), ("f32", 510),
+                               ("bf16", 197), ("bf16", 777), ("bf16", 1500), ("f16", 1000))]
     cases += [Case("mid-axis", (32, 1024, 4096), 1, "f32"),
               Case("transposed", (8192, 8192), -1, "f32", transposed=True)]
     if not quick:  # a short axis over channels, as in channels-first segmentation heads

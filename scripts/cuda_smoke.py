@@ -22,6 +22,7 @@ def cases():
     yield rnd(7, 1025), -1          # contiguous rows (warp or block family)
     yield rnd(37, 5), -1            # tiny rows: lane groups of a warp (backward f32/bf16/f16: the row tile)
     yield rnd(333, 100), -1         # backward f32/bf16/f16: row tiles, the last one partly filled
+    yield rnd(333, 124), -1         # and forward f32 (rows that fill their lane group)
     yield rnd(50, 101)[:, 1:], -1   # warp rows filling their lane group partly, off a 16-byte boundary
     yield rnd(3, 200, 5)[:, :, 1:], 1  # strided, unaligned
     yield rnd(2, 5000)[:, 3:], -1   # block family, rows off a 16-byte boundary
@@ -86,6 +87,14 @@ def main():
             want = getattr(torch.ops.aten, f"_{kind}_backward_data")(dy.double().cpu(), y.double().cpu(), -1,
                                                                      torch.float64)
             bad += mismatches(dx, want, dtype, f"{kind}_backward {dtype} row tile off the 16-byte grid")
+    # row-tile forward (f32 rows that fill their lane group) with x on the
+    # 32-byte grid (y written over x in shared memory) and off it
+    for n, start in ((126, 0), (126, 1), (510, 3)):
+        x64 = torch.randn(257, n, generator=gen, dtype=torch.float64)
+        x = torch.empty(257 * n + start, device="cuda")[start:].view(257, n).copy_(x64)
+        for kind in ("softmax", "log_softmax"):
+            bad += mismatches(getattr(softmax_ext, kind)(x, -1), getattr(torch, kind)(x64, -1), torch.float32,
+                              f"{kind} f32 rows of {n} at {start}: row tile")
     torch.cuda.synchronize()
     print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
     return 1 if bad else 0

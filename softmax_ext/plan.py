@@ -55,9 +55,10 @@ def plan_limits(x: torch.Tensor, backward: bool = False) -> dict:
     the warp family, up to ``block`` on the block family, up to ``cluster`` on
     a thread-block cluster (0 when the device has none), longer ones on the
     split family; a strided axis up to ``strided`` on the strided family,
-    longer ones on the strided split family. Backward, f32, bf16 and f16 rows
-    laid out one after another of up to ``row_tile`` elements that are not a power of two
-    run on the row-tile family (0: none for this dtype or direction).
+    longer ones on the strided split family. Rows laid out one after another
+    of up to ``row_tile`` elements that are not a power of two run on the
+    row-tile family: backward f32, bf16 and f16 rows; forward f32 rows that
+    fill their lane group (0: none for this dtype or direction).
     Empty for CPU tensors."""
     names, values = torch.ops.softmax_ext._limits.default(x, backward)
     return dict(zip(names, values))

@@ -56,8 +56,10 @@ def expected_limits(dtype, backward, max_cluster):
         "split_tile": 512 * e,
         "strided_min_inner": 4,
         "split_resident": resident_capacity(e, element_size, backward),
-        # backward f32, bf16 and f16 rows laid out one after another, not a power of two
-        "row_tile": 512 if backward and dtype in (torch.float32, torch.bfloat16, torch.float16) else 0,
+        # f32, bf16 and f16 rows laid out one after another, not a power of two
+        # (backward; forward f32 rows that fill their lane group)
+        "row_tile": 512 if dtype in ((torch.float32, torch.bfloat16, torch.float16) if backward else (torch.float32,))
+        else 0,
     }
 
 
@@ -226,9 +228,46 @@ def test_row_tile_thresholds(kind):
                           ((3, 512), "cuda.warp"), ((3, 513), "cuda.block")]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             check_family(kind, dtype, shape, -1, family + "_backward", backward=True)
-    # forward, and f64 rows, stay with the warp family
-    check_family(kind, torch.float32, (300, 100), -1, "cuda.warp")
+    # f64 rows stay with the warp family
     check_family(kind, torch.float64, (300, 100), -1, "cuda.warp_backward", backward=True)
+
+
+# f32 forward rows the row tile takes: 90% of a lane group's values (8 a lane
+# up to rows of 256, then 16) from rows of 33 to 128, 97% beyond.
+ROW_TILE_FORWARD = [58, 63, 116, 127, 249, 255, 497, 511]
+ROW_TILE_FORWARD_NOT = [32, 57, 64, 100, 115, 128, 248, 256, 496, 512]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_row_tile_forward_thresholds(sx, kind):
+    """Forward: f32 rows laid out one after another that fill their lane
+    group run on the row tile; other f32 lengths, 16-bit rows, dtype= pairs
+    and rows not laid out one after another stay with the warp family."""
+    for n in ROW_TILE_FORWARD:
+        check_family(kind, torch.float32, (301, n), -1, "cuda.row_tile")
+        check_family(kind, torch.float32, (2, 3, n), -1, "cuda.row_tile")
+    for n in ROW_TILE_FORWARD_NOT:
+        check_family(kind, torch.float32, (301, n), -1, "cuda.warp")
+    for dtype in (torch.bfloat16, torch.float16):
+        check_family(kind, dtype, (301, 126), -1, "cuda.warp")
+    x = make_input((301, 126), torch.float32, "cuda")
+    assert sx.plan(x, -1, kind=kind).kernel == "cuda.row_tile.f32"
+    assert not sx.plan(x.bfloat16(), -1, kind=kind, dtype=torch.float32).kernel.startswith("cuda.row_tile")
+    assert sx.plan(x[:, :125], -1, kind=kind).kernel == "cuda.warp.f32"  # rows not one after another
+
+
+@pytest.mark.parametrize("n", ROW_TILE_FORWARD)
+def test_row_tile_forward_offsets(sx, n):
+    """Forward row tile with x at every offset from the 32-byte grid (y, new,
+    sits on it: at offset 0 y goes over x in shared memory, elsewhere in its
+    own region) and row counts that leave the last tile partly filled."""
+    rows = 1000 + n % 7
+    for start in range(8):
+        x = make_input((rows * n + 8,), torch.float32, "cuda", seed=n + start)[start : start + rows * n].view(rows, n)
+        for kind in KINDS:
+            assert sx.plan(x, -1, kind=kind).kernel == "cuda.row_tile.f32"
+            assert_close_verbose(ours(kind)(x, -1), reference_forward(kind, x, -1), msg=f"{kind} n={n} start={start}",
+                                 **tolerances(kind, torch.float32, n))
 
 
 ROW_TILE_LENGTHS = [3, 7, 24, 33, 100, 255, 257, 300, 500, 511]
@@ -343,7 +382,7 @@ def test_warp_lengths_and_offsets(dtype):
                                      **tolerances(name, dtype, n))
 
 
-@pytest.mark.parametrize("n", [44, 52, 60, 91, 92, 100, 116, 124, 180, 196, 244, 380, 460])
+@pytest.mark.parametrize("n", [44, 52, 56, 91, 92, 100, 110, 114, 180, 196, 244, 380, 460])
 def test_warp_rows_at_every_line_offset(sx, n):
     """f32 forward rows on either side of the fill that views a row from its group's access
     span rather than 16 bytes (up to a 128-byte line): contiguous rows starting at every

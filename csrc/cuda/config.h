@@ -77,15 +77,17 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
   return int64_t{kWarpSize} * elems_per_thread(double_acc, backward);
 }
 
-// Row-tile family, backward (row_tile_kernels.cuh): f32, bf16 and f16 rows
-// of up to kRowTileMaxRow elements that are not a power of two, laid out one
-// after another in every operand. A block stages kRowTileBytes of whole rows
-// of dy and of y in shared memory as flat 16-byte copies, so no lane idles
-// on the part of a power-of-two lane group that a row leaves empty, and the
-// per-row 16-byte views of the warp family (partial vectors at each end of
-// a row off the 16-byte grid) are gone. Measured on H200 (lab: the kernels
-// launched directly, side by side in one process), % of the copy
-// bandwidth, softmax / log_softmax backward, warp family -> row tile:
+// Row-tile family (row_tile_kernels.cuh): the backward of f32, bf16 and f16
+// rows of up to kRowTileMaxRow elements that are not a power of two, laid
+// out one after another in every operand, and the forward of such f32 rows
+// where they fill their lane group (row_tile_forward_fits). A block stages
+// kRowTileBytes of whole rows of dy and of y (forward: x) in shared memory
+// as flat 16-byte copies, so no lane idles on the part of a power-of-two
+// lane group that a row leaves empty, and the per-row 16-byte views of the
+// warp family (partial vectors at each end of a row off the 16-byte grid)
+// are gone. Measured on H200 (lab: the kernels launched directly, side by
+// side in one process), % of the copy bandwidth, softmax / log_softmax
+// backward, warp family -> row tile:
 //   rows of 24 99.1 / 94.7 -> 103.1 / 103.1, 80 98.4 / 85.3 -> 103.2 / 103.2,
 //   100 100.6 / 96.4 -> 103.0 / 103.0, 160 99.5 / 82.5 -> 103.1 / 103.2,
 //   200 101.0 / 96.2 -> 103.1 / 103.0, 300 102.2 / 100.1 -> 102.9 / 102.7,
@@ -103,6 +105,7 @@ constexpr int64_t warp_capacity(bool double_acc, bool backward) {
 // layout: f16 rows of 1000, log_softmax, 94.0 -> 65.1.) f64 rows stay with
 // the warp family.
 constexpr int64_t kRowTileMaxRow = 512;
+constexpr int64_t kRowTileMinForwardRow = 32;  // shorter forward rows: not measured
 constexpr int64_t kRowTileBytes = 16384;
 // A run sits in its shared region at its offset from the 32-byte grid (not
 // just the 16-byte one), and regions are 32-byte multiples, so every 32-byte
@@ -116,22 +119,53 @@ constexpr int64_t kRowTileBytes = 16384;
 // 102.8: every region start off the 32-byte grid lost.
 constexpr int64_t kRowTileAlign = 32;
 constexpr bool row_tile_dtype(c10::ScalarType t) { return t == c10::ScalarType::Float || is_16bit_float(t); }
+// Elements a lane holds of a row: 8 up to rows of 256, else 16.
+constexpr int row_tile_per_lane(int64_t n) { return n <= 256 ? 8 : 16; }
+// Values a row's lane group holds: a power of two of lanes, per_lane each.
+constexpr int64_t row_tile_group_values(int64_t n) {
+  int64_t values = row_tile_per_lane(n);
+  while (values < n) values *= 2;
+  return values;
+}
+// Forward: f32 rows (y f32 too) that fill most of their lane group: at least
+// 90% of it for rows of 33 to 128, 97% for longer ones. There the warp
+// family's power-of-two group reads rows across its 16-byte views with
+// partial vectors at both ends, the tile reads them flat. Measured on H200
+// (lab: the op with the family switched, torch.compile in the same rounds),
+// % of the copy bandwidth, softmax forward, warp family -> row tile:
+//   taken: rows of 58 75.8 -> 97.7, 60 90.1 -> 97.7, 62 73.9 -> 98.5,
+//   116 94.0 -> 96.4, 120 94.8 -> 96.9, 124 86.6 -> 97.2, 126 75.0 -> 96.5,
+//   250 84.7 -> 94.2, 500 96.7 -> 98.3, 508 96.2 -> 98.2, 510 79.1 -> 98.1
+//   (torch.compile 94.8-99.3);
+//   left to the warp family: 56 97.5 -> 97.7, 68 84.0 -> 68.1, 100 94.4 ->
+//   88.7, 110 90.1 -> 96.4, 180 94.8 -> 82.7, 232 96.9 -> 94.0, 240 96.7 ->
+//   94.2, 244 95.5 -> 95.1, 300 91.7 -> 78.8, 440 97.7 -> 96.1, 470 96.8 ->
+//   98.2.
+// 16-bit forward rows lost on the tile at every length tried (bf16 rows of
+// 48 64.6 -> 61.4, 197 68.6 -> 56.6, 500 82.8 -> 74.4; f16 100 68.3 ->
+// 59.4): their rows hold twice the values of the same bytes, and the
+// backward gains came from reading two tensors, not one.
+constexpr bool row_tile_forward_fits(c10::ScalarType in, c10::ScalarType out, int64_t n) {
+  if (in != c10::ScalarType::Float || out != in || n <= kRowTileMinForwardRow) return false;
+  return n * 100 >= row_tile_group_values(n) * (n <= 128 ? 90 : 97);
+}
 // The longest row the family takes for `in` rows (0: none).
 constexpr int64_t row_tile_capacity(c10::ScalarType in, bool backward) {
-  return backward && row_tile_dtype(in) ? kRowTileMaxRow : 0;
+  return (backward ? row_tile_dtype(in) : in == c10::ScalarType::Float) ? kRowTileMaxRow : 0;
 }
 inline bool row_tile_takes(const Problem& p) {
   const int64_t n = p.axis_size;
   if (n > row_tile_capacity(p.in_dtype, p.is_backward()) || is_pow2(n)) return false;
+  if (!p.is_backward() && !row_tile_forward_fits(p.in_dtype, p.out_dtype, n)) return false;
   // Flat: every operand's rows follow one another (one batch dim after
   // coalescing, of stride n).
   if (p.batch_rank > 1) return false;
-  for (int k = 0; k < kNumOperands; ++k)
+  for (int k = 0; k < kNumOperands; ++k) {
+    if (k == kIn1 && !p.is_backward()) continue;  // forward has no second input
     if (p.axis_stride[k] != 1 || (p.batch_rank == 1 && p.batch_stride[k][0] != n)) return false;
+  }
   return true;
 }
-// Elements a lane holds of a row: 8 up to rows of 256, else 16.
-constexpr int row_tile_per_lane(int64_t n) { return n <= 256 ? 8 : 16; }
 
 // Block family: a row lives in the registers of one block, one read and one
 // write of global memory. A forward block grows to the hardware's 1024

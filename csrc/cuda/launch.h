@@ -22,8 +22,9 @@ void reference_backward(const Problem& problem, const Buffers& buffers);
 void warp_forward(const Problem& problem, const Buffers& buffers);
 void warp_backward(const Problem& problem, const Buffers& buffers);
 
-// KernelFamily::kCudaRowTile: backward of short f32, bf16 and f16 rows laid
-// out one after another (row_tile_takes, config.h).
+// KernelFamily::kCudaRowTile: short f32, bf16 and f16 rows laid out one
+// after another (row_tile_takes, config.h).
+void row_tile_forward(const Problem& problem, const Buffers& buffers);
 void row_tile_backward(const Problem& problem, const Buffers& buffers);
 
 // KernelFamily::kCudaBlock (max_cluster 1) and kCudaCluster (max_cluster > 1,

@@ -90,6 +90,22 @@ __device__ __forceinline__ void store_run(const T* region, T* __restrict__ dst, 
   run.for_each_end(phase, [&](int i) { aligned[i] = region[i]; });
 }
 
+// Host side (softmax_row_tile.cu): the tile for rows of `element_bytes`
+// elements, `per_lane` of them a lane (row_tile_per_lane, config.h), and
+// whether the output goes over the input in shared memory (both at the same
+// offset from the kRowTileAlign grid, so every tile's runs are).
+RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes);
+bool row_tile_in_place(const void* in, const void* out);
+// Calls f with row_tile_per_lane's value as a compile-time constant.
+template <typename F>
+void dispatch_per_lane(int per_lane, F&& f) {
+  if (per_lane == 8) {
+    f(std::integral_constant<int, 8>{});
+  } else {
+    f(std::integral_constant<int, 16>{});
+  }
+}
+
 // Where tile `tile` starts (flat element index) and how many rows it has.
 __device__ __forceinline__ int64_t row_tile_begin(const RowTileShape& s, int64_t tile) {
   return tile * s.tile_rows * s.n;
@@ -104,6 +120,56 @@ __device__ __forceinline__ int row_tile_rows(const RowTileShape& s, int64_t tile
 // blocks on its SM do. (A persistent grid staging the next tile into a
 // second buffer ran slower on H200: f32 rows of 100, backward, 101.8 ->
 // 93.5% of the copy bandwidth, log_softmax 101.7 -> 87.8.)
+template <template <typename> class Epilogue, typename scalar_t, int kPerLane>
+__global__ void __launch_bounds__(kRowTileThreads)
+    softmax_row_tile_forward_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, const RowTileShape s,
+                                    const bool in_place) {
+  using acc_t = acc_type<scalar_t>;
+  using Epi = Epilogue<acc_t>;
+  extern __shared__ __align__(kRowTileAlign) unsigned char row_tile_shared[];
+  // Regions: x, then y unless it is written over x (the same phase).
+  scalar_t* xs = reinterpret_cast<scalar_t*>(row_tile_shared);
+  scalar_t* ys = in_place ? xs : reinterpret_cast<scalar_t*>(row_tile_shared + s.region);
+  const int groups = blockDim.x / s.group;
+  const int g = threadIdx.x / s.group, lane = threadIdx.x % s.group;
+  const int64_t tiles = ceil_div(s.rows, int64_t{s.tile_rows});
+
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t begin = row_tile_begin(s, tile);
+    const int rows_here = row_tile_rows(s, tile);
+    stage_run(x + begin, rows_here * s.n, xs);
+    cp_async_wait_all();
+    __syncthreads();
+    const int x_phase = flat_phase(x + begin), y_phase = flat_phase(y + begin);
+    for (int r0 = 0; r0 < s.tile_rows; r0 += groups) {  // the same trip count in every lane
+      const int r = r0 + g;
+      const bool valid = r < rows_here;
+      const scalar_t* xrow = xs + x_phase + r * s.n;
+      acc_t v[kPerLane][1];
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int j = lane + k * s.group;
+        v[k][0] = valid && j < s.n ? load_as<scalar_t>(xrow[j]) : neg_infinity<acc_t>();
+      }
+      const acc_t max = warp_all_reduce(fragment_max(v), NanMax{}, s.group);
+      const acc_t sum =
+          warp_all_reduce(fragment_exp_sum<Epi::kKeepsExp, typename Epi::Exp>(v, max), Sum{}, s.group);
+      const Epi epilogue(max, sum);
+      const acc_t scale = epilogue.scale_from(max);
+      scalar_t* out = ys + y_phase + r * s.n;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int j = lane + k * s.group;
+        if (valid && j < s.n) out[j] = convert<scalar_t>(epilogue.finish(v[k][0], scale));
+      }
+    }
+    __syncthreads();
+    store_run(ys, y + begin, rows_here * s.n);
+    __syncthreads();  // the regions are free for the next tile
+  }
+}
+
+// Backward twin: dy and y staged, dx written over dy where it can be.
 template <template <typename> class Epilogue, typename scalar_t, int kPerLane>
 __global__ void __launch_bounds__(kRowTileThreads)
     softmax_row_tile_backward_kernel(const scalar_t* __restrict__ dy, const scalar_t* __restrict__ y,

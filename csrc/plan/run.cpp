@@ -25,8 +25,7 @@ void run(const Plan& plan, const Buffers& buffers, void* workspace) {
     case KernelFamily::kCudaWarp:
       return bw ? cuda::warp_backward(p, buffers) : cuda::warp_forward(p, buffers);
     case KernelFamily::kCudaRowTile:
-      TORCH_INTERNAL_ASSERT(bw, "softmax_ext: the row-tile family has no forward kernel");
-      return cuda::row_tile_backward(p, buffers);
+      return bw ? cuda::row_tile_backward(p, buffers) : cuda::row_tile_forward(p, buffers);
     case KernelFamily::kCudaBlock:
       return bw ? cuda::block_backward(p, buffers, 1) : cuda::block_forward(p, buffers, 1);
     case KernelFamily::kCudaCluster: {

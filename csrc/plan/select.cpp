@@ -31,11 +31,12 @@ KernelFamily select_cpu(const Problem& p) {
 }
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
-// Contiguous rows by length: warp (backward f32, bf16 and f16 rows one after
-// another that are not a power of two: the row tile), block, cluster (sm_90+), then split
-// (resident where the GPU's blocks hold a row on chip). A
-// strided axis with an inner run goes to the strided family while a block or
-// cluster holds it (up to strided_reach), then to the strided split family.
+// Contiguous rows by length: warp (f32, bf16 and f16 rows one after another
+// that are not a power of two: the row tile, backward; forward only f32 rows
+// that fill their lane group), block, cluster (sm_90+), then split (resident
+// where the GPU's blocks hold a row on chip). A strided axis with an inner
+// run goes to the strided family while a block or cluster holds it (up to
+// strided_reach), then to the strided split family.
 // The capacities are config.h's; other dtype= pairs and layouts run on the
 // reference kernel.
 KernelFamily select_cuda(const Problem& p) {

@@ -1,0 +1,56 @@
+// Row-tile family: tile geometry (both directions) and the forward
+// instantiation (kernels in row_tile_kernels.cuh; which rows it takes:
+// row_tile_takes, config.h).
+
+#include "cuda/launch.h"
+#include "cuda/row_tile_kernels.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+namespace softmax_ext::cuda {
+
+// Rows of a tile: as many whole rows as kRowTileBytes holds, less room for
+// the run's offset from the kRowTileAlign grid, rounded down to a multiple of
+// the block's lane groups where it holds that many.
+RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes) {
+  RowTileShape s{};
+  s.rows = p.rows;
+  s.n = static_cast<int>(p.axis_size);
+  s.group = static_cast<int>(next_pow2(ceil_div(p.axis_size, int64_t{per_lane})));
+  TORCH_INTERNAL_ASSERT(s.group <= kWarpSize, "softmax_ext cuda.row_tile: a row of ", p.axis_size);
+  const int groups = kRowTileThreads / s.group;
+  int64_t tile_rows = std::max<int64_t>((kRowTileBytes - kRowTileAlign) / (p.axis_size * element_bytes), 1);
+  if (tile_rows >= groups) tile_rows = tile_rows / groups * groups;
+  s.tile_rows = static_cast<int>(std::min(tile_rows, p.rows));
+  s.region = static_cast<int>(ceil_div(s.tile_rows * p.axis_size * element_bytes + kRowTileAlign, kRowTileAlign) *
+                              kRowTileAlign);
+  return s;
+}
+
+bool row_tile_in_place(const void* in, const void* out) {
+  return (reinterpret_cast<uintptr_t>(in) - reinterpret_cast<uintptr_t>(out)) % kRowTileAlign == 0;
+}
+
+// f32 only: row_tile_forward_fits (config.h) says which forward rows gain.
+void row_tile_forward(const Problem& p, const Buffers& b) {
+  TORCH_INTERNAL_ASSERT(row_tile_forward_fits(p.in_dtype, p.out_dtype, p.axis_size),
+                        "softmax_ext cuda.row_tile: ", p.in_dtype, " -> ", p.out_dtype, " rows of ", p.axis_size);
+  const int per_lane = row_tile_per_lane(p.axis_size);
+  const RowTileShape s = row_tile_shape(p, per_lane, sizeof(float));
+  const bool in_place = row_tile_in_place(b.in0, b.out);  // y over x
+  const int64_t shared = (in_place ? 1 : 2) * int64_t{s.region};
+  const unsigned int grid = grid_for_each(ceil_div(p.rows, int64_t{s.tile_rows}));
+  dispatch_kind(p.kind, [&](auto epilogues) {
+    using E = decltype(epilogues);
+    auto launch = [&](auto lanes) {
+      softmax_row_tile_forward_kernel<E::template ForwardFor<float>::template type, float, decltype(lanes)::value>
+          <<<grid, kRowTileThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(static_cast<const float*>(b.in0),
+                                                                               static_cast<float*>(b.out), s, in_place);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    dispatch_per_lane(per_lane, launch);
+  });
+}
+
+}  // namespace softmax_ext::cuda
