@@ -1,18 +1,20 @@
-// Row-tile family, backward (KernelFamily::kCudaRowTile): short rows laid
-// out one after another (row stride = row length in every operand). A block
-// copies a tile of whole rows of dy and of y into shared memory as flat,
-// coalesced runs of 16-byte vectors (cp.async), whatever the row length or
-// where the rows start; each group of `group` lanes takes a row from shared
-// memory into registers (kPerLane elements a lane), reduces it with
-// shuffles and writes dx back over its own elements of dy; the tile then
-// leaves as one flat run of vector stores. One read of each input, one
-// write, and no lane idles on a row length that is not a power of two.
+// Row-tile family (KernelFamily::kCudaRowTile): short rows laid out one
+// after another (row stride = row length in every operand). A block copies a
+// tile of whole rows of its inputs (dy and y; forward, x) into shared memory
+// as flat, coalesced runs of 16-byte vectors (cp.async), whatever the row
+// length or where the rows start; each group of `group` lanes takes a row
+// from shared memory into registers (kPerLane elements a lane), reduces it
+// with shuffles and writes its result back over its own elements of the
+// first input; the tile then leaves as one flat run of vector stores. One
+// read of each input, one write, and no lane idles on a row length that is
+// not a power of two.
 #pragma once
 
 #include "cuda/common.cuh"
 #include "cuda/fragment.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/staging.cuh"
+#include "plan/plan.h"
 
 #include <cstdint>
 
@@ -90,12 +92,18 @@ __device__ __forceinline__ void store_run(const T* region, T* __restrict__ dst, 
   run.for_each_end(phase, [&](int i) { aligned[i] = region[i]; });
 }
 
-// Host side (softmax_row_tile.cu): the tile for rows of `element_bytes`
-// elements, `per_lane` of them a lane (row_tile_per_lane, config.h), and
-// whether the output goes over the input in shared memory (both at the same
-// offset from the kRowTileAlign grid, so every tile's runs are).
-RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes);
-bool row_tile_in_place(const void* in, const void* out);
+// Host side (softmax_row_tile.cu): a launch over `inputs` staged operands
+// of `element_bytes` elements, the output last; it goes over the first input
+// in shared memory (in_place) where both sit at the same offset from the
+// kRowTileAlign grid, so every tile's runs do.
+struct RowTileLaunch {
+  RowTileShape shape;
+  int per_lane;  // row_tile_per_lane (config.h)
+  bool in_place;
+  int64_t shared_bytes;
+  unsigned int grid;
+};
+RowTileLaunch row_tile_launch(const Problem& p, int64_t element_bytes, int inputs, const Buffers& b);
 // Calls f with row_tile_per_lane's value as a compile-time constant.
 template <typename F>
 void dispatch_per_lane(int per_lane, F&& f) {
@@ -106,12 +114,13 @@ void dispatch_per_lane(int per_lane, F&& f) {
   }
 }
 
-// Where tile `tile` starts (flat element index) and how many rows it has.
-__device__ __forceinline__ int64_t row_tile_begin(const RowTileShape& s, int64_t tile) {
-  return tile * s.tile_rows * s.n;
-}
-__device__ __forceinline__ int row_tile_rows(const RowTileShape& s, int64_t tile) {
-  return static_cast<int>(std::min<int64_t>(s.tile_rows, s.rows - tile * s.tile_rows));
+// Calls f(begin, rows) for each of this block's tiles (grid-stride): where
+// the tile starts (flat element index) and how many rows it has.
+template <typename F>
+__device__ __forceinline__ void for_each_row_tile(const RowTileShape& s, F&& f) {
+  const int64_t tiles = ceil_div(s.rows, int64_t{s.tile_rows});
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x)
+    f(tile * s.tile_rows * s.n, static_cast<int>(std::min<int64_t>(s.tile_rows, s.rows - tile * s.tile_rows)));
 }
 
 // One tile a block at a time (grid-stride past the grid's limit): stage,
@@ -132,11 +141,8 @@ __global__ void __launch_bounds__(kRowTileThreads)
   scalar_t* ys = in_place ? xs : reinterpret_cast<scalar_t*>(row_tile_shared + s.region);
   const int groups = blockDim.x / s.group;
   const int g = threadIdx.x / s.group, lane = threadIdx.x % s.group;
-  const int64_t tiles = ceil_div(s.rows, int64_t{s.tile_rows});
 
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t begin = row_tile_begin(s, tile);
-    const int rows_here = row_tile_rows(s, tile);
+  for_each_row_tile(s, [&](const int64_t begin, const int rows_here) {
     stage_run(x + begin, rows_here * s.n, xs);
     cp_async_wait_all();
     __syncthreads();
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(kRowTileThreads)
     __syncthreads();
     store_run(ys, y + begin, rows_here * s.n);
     __syncthreads();  // the regions are free for the next tile
-  }
+  });
 }
 
 // Backward twin: dy and y staged, dx written over dy where it can be.
@@ -183,11 +189,8 @@ __global__ void __launch_bounds__(kRowTileThreads)
   scalar_t* dxs = in_place ? dys : reinterpret_cast<scalar_t*>(row_tile_shared + 2 * s.region);
   const int groups = blockDim.x / s.group;
   const int g = threadIdx.x / s.group, lane = threadIdx.x % s.group;
-  const int64_t tiles = ceil_div(s.rows, int64_t{s.tile_rows});
 
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t begin = row_tile_begin(s, tile);
-    const int rows_here = row_tile_rows(s, tile);
+  for_each_row_tile(s, [&](const int64_t begin, const int rows_here) {
     stage_run(dy + begin, rows_here * s.n, dys);
     stage_run(y + begin, rows_here * s.n, ys);
     cp_async_wait_all();
@@ -220,7 +223,7 @@ __global__ void __launch_bounds__(kRowTileThreads)
     __syncthreads();
     store_run(dxs, dx + begin, rows_here * s.n);
     __syncthreads();  // the regions are free for the next tile
-  }
+  });
 }
 
 }  // namespace softmax_ext::cuda

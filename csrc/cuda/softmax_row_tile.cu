@@ -13,7 +13,7 @@ namespace softmax_ext::cuda {
 // Rows of a tile: as many whole rows as kRowTileBytes holds, less room for
 // the run's offset from the kRowTileAlign grid, rounded down to a multiple of
 // the block's lane groups where it holds that many.
-RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes) {
+static RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes) {
   RowTileShape s{};
   s.rows = p.rows;
   s.n = static_cast<int>(p.axis_size);
@@ -28,28 +28,29 @@ RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_byte
   return s;
 }
 
-bool row_tile_in_place(const void* in, const void* out) {
-  return (reinterpret_cast<uintptr_t>(in) - reinterpret_cast<uintptr_t>(out)) % kRowTileAlign == 0;
+RowTileLaunch row_tile_launch(const Problem& p, int64_t element_bytes, int inputs, const Buffers& b) {
+  RowTileLaunch l{};
+  l.per_lane = row_tile_per_lane(p.axis_size);
+  l.shape = row_tile_shape(p, l.per_lane, element_bytes);
+  l.in_place = (reinterpret_cast<uintptr_t>(b.in0) - reinterpret_cast<uintptr_t>(b.out)) % kRowTileAlign == 0;
+  l.shared_bytes = (l.in_place ? inputs : inputs + 1) * int64_t{l.shape.region};
+  l.grid = grid_for_each(ceil_div(p.rows, int64_t{l.shape.tile_rows}));
+  return l;
 }
 
 // f32 only: row_tile_forward_fits (config.h) says which forward rows gain.
 void row_tile_forward(const Problem& p, const Buffers& b) {
   TORCH_INTERNAL_ASSERT(row_tile_forward_fits(p.in_dtype, p.out_dtype, p.axis_size),
                         "softmax_ext cuda.row_tile: ", p.in_dtype, " -> ", p.out_dtype, " rows of ", p.axis_size);
-  const int per_lane = row_tile_per_lane(p.axis_size);
-  const RowTileShape s = row_tile_shape(p, per_lane, sizeof(float));
-  const bool in_place = row_tile_in_place(b.in0, b.out);  // y over x
-  const int64_t shared = (in_place ? 1 : 2) * int64_t{s.region};
-  const unsigned int grid = grid_for_each(ceil_div(p.rows, int64_t{s.tile_rows}));
+  const RowTileLaunch l = row_tile_launch(p, sizeof(float), 1, b);  // y over x where it can
   dispatch_kind(p.kind, [&](auto epilogues) {
     using E = decltype(epilogues);
-    auto launch = [&](auto lanes) {
+    dispatch_per_lane(l.per_lane, [&](auto lanes) {
       softmax_row_tile_forward_kernel<E::template ForwardFor<float>::template type, float, decltype(lanes)::value>
-          <<<grid, kRowTileThreads, shared, c10::cuda::getCurrentCUDAStream()>>>(static_cast<const float*>(b.in0),
-                                                                               static_cast<float*>(b.out), s, in_place);
+          <<<l.grid, kRowTileThreads, l.shared_bytes, c10::cuda::getCurrentCUDAStream()>>>(
+              static_cast<const float*>(b.in0), static_cast<float*>(b.out), l.shape, l.in_place);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    dispatch_per_lane(per_lane, launch);
+    });
   });
 }
 
