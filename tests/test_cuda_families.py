@@ -459,7 +459,7 @@ def test_cluster_block_sizes_alternate():
                                  **tolerances(kind, torch.float32, n))
 
 
-@pytest.mark.parametrize("n", [100, 5000, 70000, 600000])
+@pytest.mark.parametrize("n", [100, 126, 510, 5000, 70000, 600000])  # 126, 510: the f32 row tile
 @pytest.mark.parametrize("kind", KINDS)
 def test_inf_nan_spread_over_blocks(n, kind):
     """Partials of a block or tile holding only -inf must not poison the row
