@@ -128,9 +128,10 @@ constexpr int64_t row_tile_group_values(int64_t n) {
   return values;
 }
 // Forward: f32 rows (y f32 too) that fill most of their lane group: at least
-// 90% of it for rows of 33 to 128, 97% for longer ones. There the warp
-// family's power-of-two group reads rows across its 16-byte views with
-// partial vectors at both ends, the tile reads them flat. Measured on H200
+// 90% of it for rows of 33 to 128, 97% for longer ones. The tile's speed
+// followed its fill (the share of its lanes' values a row uses) in the
+// sweep below; the warp family's dips did not follow one simple rule (rows
+// of 58, 62, 126, 250 and 510 at 74-85, 470 at 97). Measured on H200
 // (lab: the op with the family switched, torch.compile in the same rounds),
 // % of the copy bandwidth, softmax forward, warp family -> row tile:
 //   taken: rows of 58 75.8 -> 97.7, 60 90.1 -> 97.7, 62 73.9 -> 98.5,
