@@ -42,12 +42,8 @@ if [ "${MAIN:-1}" = 1 ]; then
   summary+=("python -m softmax_ext: exit ${PIPESTATUS[0]}, $(tail -1 "$OUT/main.log")")
 fi
 
-# Eight test workers, each with torch's default of a CPU thread per core,
-# oversubscribe the CPUs: on a 16-core H200 machine the row-tile tests took
-# 179 s that way and 8.6 s (with more of them) at two threads a worker.
-workers=8
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / workers > 0 ? $(nproc) / workers : 1 ))}
-python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n $workers 2>&1 | tee "$OUT/tests.log" | tail -40
+# (tests/conftest.py shares the CPUs among the eight workers)
+python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
 summary+=("tests: $(tail -1 "$OUT/tests.log")")
 
 if [ "${SANITIZE:-0}" = 1 ]; then
