@@ -10,14 +10,15 @@
 
 namespace softmax_ext::cuda {
 
+// Lanes of a row: row_tile_group_values (config.h) over row_tile_per_lane.
 // Rows of a tile: as many whole rows as kRowTileBytes holds, less room for
 // the run's offset from the kRowTileAlign grid, rounded down to a multiple of
 // the block's lane groups where it holds that many.
-static RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t element_bytes) {
+static RowTileShape row_tile_shape(const Problem& p, int64_t element_bytes) {
   RowTileShape s{};
   s.rows = p.rows;
   s.n = static_cast<int>(p.axis_size);
-  s.group = static_cast<int>(next_pow2(ceil_div(p.axis_size, int64_t{per_lane})));
+  s.group = static_cast<int>(row_tile_group_values(p.axis_size) / row_tile_per_lane(p.axis_size));
   TORCH_INTERNAL_ASSERT(s.group <= kWarpSize, "softmax_ext cuda.row_tile: a row of ", p.axis_size);
   const int groups = kRowTileThreads / s.group;
   int64_t tile_rows = std::max<int64_t>((kRowTileBytes - kRowTileAlign) / (p.axis_size * element_bytes), 1);
@@ -31,7 +32,7 @@ static RowTileShape row_tile_shape(const Problem& p, int per_lane, int64_t eleme
 RowTileLaunch row_tile_launch(const Problem& p, int64_t element_bytes, int inputs, const Buffers& b) {
   RowTileLaunch l{};
   l.per_lane = row_tile_per_lane(p.axis_size);
-  l.shape = row_tile_shape(p, l.per_lane, element_bytes);
+  l.shape = row_tile_shape(p, element_bytes);
   l.in_place = (reinterpret_cast<uintptr_t>(b.in0) - reinterpret_cast<uintptr_t>(b.out)) % kRowTileAlign == 0;
   l.shared_bytes = (l.in_place ? inputs : inputs + 1) * int64_t{l.shape.region};
   l.grid = grid_for_each(ceil_div(p.rows, int64_t{l.shape.tile_rows}));
