@@ -483,6 +483,17 @@ inline int64_t split_workspace_bytes(const Problem& p) { return workspace_bytes(
 // % of the copy bandwidth, strided -> strided split, f32 (2048, 65536).t()
 // forward 32.3 -> 56.4, backward 12.9 -> 57.4, bf16 forward 34.5 -> 42.0;
 // (64, 32768, 64) over dim 1 f32 forward 54.1 -> 53.8.
+// Reading the input the second time from L2 lost: one cooperative kernel
+// taking these items in column bands of 8 MB (band b + 1's statistics
+// before band b's output, which waited on a per-tile arrival counter whose
+// last statistics item folded the tile's partials) ran, on H100, % of the
+// copy bandwidth, strided or strided split -> banded: (8192, 8192).t() f32
+// forward 70.0 -> 44.4, backward 67.3 -> 52.3, bf16 forward 63.8 -> 30.5;
+// (32, 1024, 4096) dim 1 f32 forward 87.6 -> 55.6; (131072, 2048) dim 0 f32
+// forward 59.8 -> 16.2 (a band of one 128-byte tile); with a whole band's
+// columns folded by its last item's block, 22.2 on (8192, 8192).t(). A band
+// that L2 holds twice is narrow: its items read short stretches of many
+// rows, where the three kernels' neighbouring tiles read whole rows together.
 constexpr int64_t kStridedSplitMaxStrided = 16384;
 constexpr int64_t strided_reach(bool double_acc, bool backward, int64_t element_bytes, int cluster_size) {
   return std::min(strided_capacity(double_acc, backward, element_bytes, cluster_size), kStridedSplitMaxStrided);
