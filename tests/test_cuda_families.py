@@ -423,7 +423,7 @@ def test_unaligned_rows_long(n, start):
                              **tolerances(name, torch.bfloat16, n))
 
 
-@pytest.mark.parametrize("n", [40000, 100003, 262144])
+@pytest.mark.parametrize("n", [40000, 50257, 100003, 151936, 262144])
 @pytest.mark.parametrize("start", [0, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
                          ids=["f32", "bf16", "f16", "f64"])
@@ -431,7 +431,9 @@ def test_cluster_rows_many(dtype, n, start):
     """More rows than clusters run at once: each cluster of the persistent grid
     takes several rows, staging the next one in shared memory while it works
     on the current one (csrc/cuda/staging.cuh), rows filling their cluster
-    partly or exactly, at 16-byte boundaries or off them."""
+    partly or exactly, at 16-byte boundaries or off them. 16-bit backward rows
+    of 50257 and 151936 run in clusters of 512-thread blocks, 4 and 10 of them
+    (config.h, cluster_takes_half_blocks)."""
     rows = 100
     base = make_input((rows, n + start), dtype, "cuda", seed=n + start)
     x = base[:, start:]

@@ -37,7 +37,8 @@ struct BlockShape {
   bool persistent = false;  // a grid of as many clusters as run at once
   bool walks_rows = true;   // kMaxGridBlocks blocks (clusters), else a block per row
 };
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward);
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward,
+                       c10::ScalarType in);
 
 // The register layout and launch geometry of contiguous rows of in_t with
 // out_t's accumulator: calls launch(kPacked, kPacks, kStaged, shape), the
@@ -51,7 +52,7 @@ void with_block_geometry(const Problem& p, const void* in0, int max_cluster, Lau
     constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, kBackward) * (kPacked ? 2 : 1) / P;
     BlockShape shape = block_shape(p.axis_size + view_slack(p, kIn0, in0, sizeof(in_t)), kPacks * P,
-                                   max_cluster, max_cluster_size(p.device_index), kBackward);
+                                   max_cluster, max_cluster_size(p.device_index), kBackward, p.in_dtype);
     dispatch_bool(stages_rows(shape.cluster_size, shape.threads, kBackward), [&](auto staged) {
       // Clusters keep 16-bit rows packed: no unpacked 16-bit row is staged.
       constexpr bool kStaged = decltype(staged)::value && (kPacked || !is_reduced_float_v<in_t>);

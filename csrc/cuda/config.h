@@ -194,8 +194,9 @@ constexpr int64_t block_capacity(bool double_acc, bool backward, bool clusters) 
 // memory. 8 is the portable cluster limit; 16 needs the non-portable
 // attribute, which H100/H200 grant for 1024-thread blocks (queried at run
 // time: device_info.cu). Blocks have 1024 threads (one per SM), or 512 where
-// that takes at least 1/kClusterHalfBlockSaving fewer threads for the row:
-// the registers of threads past the row's end are lost to every row.
+// that takes at least 1/kClusterHalfBlockSaving fewer threads for the row
+// (the registers of threads past the row's end are lost to every row), or
+// where a 16-bit backward cluster stages nothing (cluster_takes_half_blocks).
 // Measured on H200, % of the copy bandwidth, 1024 -> 512-thread blocks:
 //   f32  N=40000  forward 76.3 -> 85.1 (3 of 4 SMs' threads needed)
 //   bf16 N=40000  backward 66.7 -> 93.0, N=100000 73.9 -> 90.5
@@ -242,6 +243,24 @@ constexpr int cluster_elems_per_thread(c10::ScalarType in, bool double_acc, bool
 constexpr int kStagedMinBackwardThreads = 6 * kMaxBlockThreads;
 constexpr bool stages_rows(int cluster_size, int threads, bool backward) {
   return cluster_size > 1 && (!backward || cluster_size * threads >= kStagedMinBackwardThreads);
+}
+// A backward cluster that does not stage its rows and needs two or more
+// 1024-thread blocks, one per SM, overlaps nothing with its exchange across
+// the cluster: 16-bit rows take twice as many 512-thread blocks, two per SM,
+// even where that spares no threads. Measured on H200, % of the copy
+// bandwidth, softmax / log_softmax backward, 1024 -> 512-thread blocks:
+//   taken: bf16 N=50257 66.6 / 63.0 -> 72.1 / 69.1, f16 N=50257 66.3 / 61.0
+//   -> 69.8 / 67.2, bf16 N=128256 95.7 / 94.8 -> 97.2 / 96.0, N=131072 95.3 /
+//   95.0 -> 97.9 / 96.4, N=151936 87.6 / 86.4 -> 94.7 / 86.5, N=65536 96.6 /
+//   96.1 -> 96.4 / 96.0;
+//   not taken: rows of one 1024-thread block (bf16 N=20000 74.6 / 71.6 ->
+//   69.9 / 72.9) and f32 rows (N=32001 96.0 / 95.6 -> 94.4 / 93.3, though
+//   N=65536 95.9 / 95.4 -> 98.3 / 97.8).
+constexpr bool cluster_takes_half_blocks(c10::ScalarType in, bool backward, int64_t blocks, int64_t half_blocks) {
+  const int64_t full_threads = blocks * kMaxBlockThreads;
+  if ((full_threads - half_blocks * kClusterBlockThreads) * kClusterHalfBlockSaving >= full_threads) return true;
+  return backward && is_16bit_float(in) && blocks >= 2 &&
+         !stages_rows(static_cast<int>(blocks), kMaxBlockThreads, backward);
 }
 constexpr int64_t cluster_capacity(c10::ScalarType in, bool double_acc, bool backward, int cluster_size) {
   return int64_t{kMaxBlockThreads} * cluster_elems_per_thread(in, double_acc, backward) * cluster_size;

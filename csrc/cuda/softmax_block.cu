@@ -10,7 +10,8 @@
 
 namespace softmax_ext::cuda {
 
-BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward) {
+BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int device_cluster, bool backward,
+                       c10::ScalarType in) {
   const int64_t threads = ceil_div(needed, per_thread);
   const int block_max = max_block_threads(device_cluster > 1, backward);
   if (threads <= block_max || max_cluster <= 1) {
@@ -19,9 +20,7 @@ BlockShape block_shape(int64_t needed, int64_t per_thread, int max_cluster, int 
   }
   const int64_t blocks = ceil_div(threads, kMaxBlockThreads);
   const int64_t half_blocks = ceil_div(threads, kClusterBlockThreads);
-  const int64_t full_threads = blocks * kMaxBlockThreads;
-  if (half_blocks <= max_cluster &&
-      (full_threads - half_blocks * kClusterBlockThreads) * kClusterHalfBlockSaving >= full_threads)
+  if (half_blocks <= max_cluster && cluster_takes_half_blocks(in, backward, blocks, half_blocks))
     return {kClusterBlockThreads, static_cast<int>(half_blocks)};
   if (blocks <= max_cluster) return {kMaxBlockThreads, static_cast<int>(blocks)};
   // Only a row that starts off a 16-byte boundary and fills the largest
