@@ -256,6 +256,12 @@ constexpr bool stages_rows(int cluster_size, int threads, bool backward) {
 //   not taken: rows of one 1024-thread block (bf16 N=20000 74.6 / 71.6 ->
 //   69.9 / 72.9) and f32 rows (N=32001 96.0 / 95.6 -> 94.4 / 93.3, though
 //   N=65536 95.9 / 95.4 -> 98.3 / 97.8).
+// On H100 (the two shapes alternating in one process, medians of 5 rounds):
+// bf16 N=50257 79.0 / 74.9 -> 82.3 / 79.9, f16 N=50257 78.5 / 72.1 -> 81.5 /
+// 78.2, bf16 N=128256 96.6 / 96.0 -> 97.6 / 97.6, N=131072 95.5 / 96.0 ->
+// 96.8 / 96.8, but N=151936 96.4 / 96.4 -> 94.8 / 94.8 and N=65536 97.2 /
+// 96.8 -> 96.7 / 96.2 (rows of 100000, 512-thread blocks either way: 95.8 /
+// 95.7 and 95.6 / 95.5, the spread of the method).
 constexpr bool cluster_takes_half_blocks(c10::ScalarType in, bool backward, int64_t blocks, int64_t half_blocks) {
   const int64_t full_threads = blocks * kMaxBlockThreads;
   if ((full_threads - half_blocks * kClusterBlockThreads) * kClusterHalfBlockSaving >= full_threads) return true;
