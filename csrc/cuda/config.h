@@ -262,6 +262,13 @@ constexpr bool stages_rows(int cluster_size, int threads, bool backward) {
 // 96.8 / 96.8, but N=151936 96.4 / 96.4 -> 94.8 / 94.8 and N=65536 97.2 /
 // 96.8 -> 96.7 / 96.2 (rows of 100000, 512-thread blocks either way: 95.8 /
 // 95.7 and 95.6 / 95.5, the spread of the method).
+// A block per row that walks the row twice instead (the sums, then dx, the
+// second read from L1/L2, as torch's kernels do) lost almost everywhere on
+// H100, % of the copy bandwidth, softmax / log_softmax backward, block or
+// cluster family -> row loop: bf16 N=577 67.4 / 60.3 -> 37.9 / 41.9, 1500
+// 92.4 / 90.6 -> 83.6 / 83.8, 8191 90.6 / 87.9 -> 48.4 / 52.6, 20000 96.7 /
+// 94.0 -> 87.8 / 89.0, 50257 82.1 / 79.4 -> 66.8 / 80.8, 65536 96.8 / 96.5
+// -> 65.0 / 79.6; f32 N=20000 94.7 / 93.6 -> 68.1 / 81.9.
 constexpr bool cluster_takes_half_blocks(c10::ScalarType in, bool backward, int64_t blocks, int64_t half_blocks) {
   const int64_t full_threads = blocks * kMaxBlockThreads;
   if ((full_threads - half_blocks * kClusterBlockThreads) * kClusterHalfBlockSaving >= full_threads) return true;
