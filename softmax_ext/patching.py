@@ -110,23 +110,27 @@ def _cross_entropy_route(original: Callable):
     return routed
 
 
-def _targets():
-    """(owner, name, label) of every routed entry point."""
-    return [
-        (torch, "softmax", "torch.softmax"),
-        (torch, "log_softmax", "torch.log_softmax"),
-        (torch.Tensor, "softmax", "Tensor.softmax"),
-        (torch.Tensor, "log_softmax", "Tensor.log_softmax"),
-        (F, "softmax", "F.softmax"),
-        (F, "log_softmax", "F.log_softmax"),
-        (F, "cross_entropy", "F.cross_entropy"),
-    ]
+# Every routed entry point: (owner, attribute, label), and torch's own
+# function for it, taken when softmax_ext is imported.
+_TARGETS = [
+    (torch, "softmax", "torch.softmax"),
+    (torch, "log_softmax", "torch.log_softmax"),
+    (torch.Tensor, "softmax", "Tensor.softmax"),
+    (torch.Tensor, "log_softmax", "Tensor.log_softmax"),
+    (F, "softmax", "F.softmax"),
+    (F, "log_softmax", "F.log_softmax"),
+    (F, "cross_entropy", "F.cross_entropy"),
+]
+_TORCH_FUNCTIONS = {label: getattr(owner, name) for owner, name, label in _TARGETS}
 
 
-def _route(name: str, label: str, original: Callable) -> Optional[Callable]:
-    if name == "cross_entropy":
+def routed(label: str) -> Optional[Callable]:
+    """The routed version of torch's entry point `label` (e.g. "F.softmax"),
+    or None where softmax_ext has no op for it."""
+    original = _TORCH_FUNCTIONS[label]
+    if label == "F.cross_entropy":
         return _cross_entropy_route(original) if hasattr(torch.ops.softmax_ext, "cross_entropy") else None
-    ours = _ops.softmax if name == "softmax" else _ops.log_softmax
+    ours = _ops.log_softmax if label.endswith("log_softmax") else _ops.softmax
     return _forward_routes(label, original, ours)
 
 
@@ -149,12 +153,11 @@ def patch() -> _Patched:
     again while patched changes nothing. Use as a function (undo with
     unpatch()) or as a context manager."""
     if not _originals:
-        for owner, name, label in _targets():
-            original = getattr(owner, name)
-            routed = _route(name, label, original)
-            if routed is not None:
-                _originals[(owner, name)] = (original, name in vars(owner))
-                setattr(owner, name, routed)
+        for owner, name, label in _TARGETS:
+            function = routed(label)
+            if function is not None:
+                _originals[(owner, name)] = (getattr(owner, name), name in vars(owner))
+                setattr(owner, name, function)
     return _Patched()
 
 
