@@ -19,6 +19,7 @@ import csv
 import importlib
 import os
 import re
+import time
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +28,9 @@ import softmax_ext
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 VOCABS = [32000, 50257, 128256, 151936, 262144]
-TOKENS = [2048, 4096, 8192, 16384]
+TOKENS = [4096, 16384, 2048, 8192]  # in the order run (with --budget-s, the first ones)
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
-MAX_BYTES = 4 << 30  # logits per case (torch eager also holds an (N, C) log-softmax and gradient)
+MAX_BYTES = 8 << 30  # logits per case (torch eager also holds an (N, C) log-softmax and gradient)
 
 
 def do_bench(fn):
@@ -51,17 +52,40 @@ def _torch(x, t):
 _compiled = None
 
 
-def _compile_fn(x, t):
+def reset_compiled():
+    """A fresh torch.compile per (dtype, vocab): inductor specialises on the
+    class count (its reduction's shape); the token count is dynamic."""
     global _compiled
-    if _compiled is None:
-        _compiled = torch.compile(_torch)
+    torch._dynamo.reset()
+    _compiled = torch.compile(_torch)
+
+
+def _compile_fn(x, t):
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(t, 0)
     return _compiled(x, t)
+
+
+def _with_threads(threads, fn):
+    """softmax_ext with SOFTMAX_EXT_CE_THREADS forced (read at each plan)."""
+
+    def call(x, t):
+        os.environ["SOFTMAX_EXT_CE_THREADS"] = str(threads)
+        try:
+            return fn(x, t)
+        finally:
+            os.environ.pop("SOFTMAX_EXT_CE_THREADS", None)
+
+    return call
 
 
 def impls():
     out = {
         "softmax_ext": lambda x, t: softmax_ext.cross_entropy(x, t),
         "softmax_ext.inplace": lambda x, t: softmax_ext.cross_entropy(x, t, inplace_backward=True),
+        "softmax_ext.t128": _with_threads(128, lambda x, t: softmax_ext.cross_entropy(x, t)),
+        "softmax_ext.t256": _with_threads(256, lambda x, t: softmax_ext.cross_entropy(x, t)),
+        "softmax_ext.t512": _with_threads(512, lambda x, t: softmax_ext.cross_entropy(x, t)),
         "torch": _torch,
         "torch.compile": _compile_fn,
     }
@@ -76,7 +100,8 @@ def impls():
         quack = importlib.import_module("quack.cross_entropy")
         out["quack"] = lambda x, t: quack.cross_entropy(x, t, reduction="mean")
     except Exception as exc:  # noqa: BLE001
-        unavailable["quack"] = f"{type(exc).__name__}: {exc}"
+        unavailable["quack"] = (f"{type(exc).__name__}: {exc} (its nvidia-cutlass-dsl-libs-cu13 4.8.1 wheel, "
+                                "92 MB zipped / 237 MB unpacked, exceeds the 64 MiB a device call may carry)")
     return out, unavailable
 
 
@@ -89,8 +114,11 @@ def run_case(name, fn, x, t, direction, copy, es):
     elif direction == "bwd":
         loss, lse, total = torch.ops.softmax_ext._cross_entropy_forward(x, t)
         g = torch.ones((), device=x.device, dtype=x.dtype)
-        call = lambda: torch.ops.softmax_ext._cross_entropy_backward(  # noqa: E731
-            g, x, t, None, lse, total, -100, "mean", 0.0)
+        bwd = lambda x_, t_: torch.ops.softmax_ext._cross_entropy_backward(  # noqa: E731
+            g, x_, t_, None, lse, total, -100, "mean", 0.0)
+        if name.startswith("softmax_ext.t"):
+            bwd = _with_threads(int(name[len("softmax_ext.t"):]), bwd)
+        call = lambda: bwd(x, t)  # noqa: E731
         nbytes = 2 * n * c * es
     else:
         xi = x.detach().clone().requires_grad_(True)
@@ -114,7 +142,8 @@ def run_case(name, fn, x, t, direction, copy, es):
 def check(x, t):
     ours = softmax_ext.cross_entropy(x, t).double()
     ref = F.cross_entropy(x.double(), t)
-    assert torch.allclose(ours, ref, rtol=2e-3 if x.dtype != torch.float32 else 1e-5), (ours, ref)
+    rtol = {torch.bfloat16: 8e-3, torch.float16: 1e-3}.get(x.dtype, 1e-5)  # one rounding of the loss
+    assert torch.allclose(ours, ref, rtol=rtol), (ours, ref)
 
 
 def main():
@@ -125,6 +154,7 @@ def main():
     p.add_argument("--dtype", default="bf16,f32")
     p.add_argument("--impls", default="", help="comma list (default: every available)")
     p.add_argument("--out", default="")
+    p.add_argument("--budget-s", type=float, default=0, help="start no new case after this many seconds")
     args = p.parse_args()
     tokens = [int(v) for v in args.tokens.split(",")] if args.tokens else ([4096] if args.quick else TOKENS)
     vocabs = [int(v) for v in args.vocab.split(",")]
@@ -138,36 +168,48 @@ def main():
         print(f"  {k}: not in this run ({why})")
     rows = []
     path = args.out or os.path.join(RESULTS, "cross_entropy-" + re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") + ".csv")
-    for dname in args.dtype.split(","):
+    cases = []
+    for n in tokens:
+        for dname in args.dtype.split(","):
+            for c in vocabs:
+                if n * c * (torch.finfo(DTYPES[dname]).bits // 8) <= MAX_BYTES:
+                    cases.append((dname, c, n))
+    start = time.time()
+    compiled_for = None
+    for dname, c, n in cases:
+        if args.budget_s and time.time() - start > args.budget_s:
+            print(f"budget reached: {dname} {n}x{c} and later cases not run")
+            continue
         dtype = DTYPES[dname]
         es = torch.finfo(dtype).bits // 8
-        for c in vocabs:
-            for n in tokens:
-                if n * c * es > MAX_BYTES:
+        if compiled_for != (dname, c):
+            reset_compiled()
+            compiled_for = (dname, c)
+        g = torch.Generator(device="cuda")
+        g.manual_seed(0)
+        x = torch.randn(n, c, device="cuda", dtype=dtype, generator=g)
+        t = torch.randint(0, c, (n,), device="cuda", generator=g)
+        check(x, t)
+        kernel = softmax_ext.plan(x, kind="cross_entropy").kernel
+        for impl, fn in table.items():
+            for direction in ("fwd", "fwd+bwd") + (("bwd",) if impl.startswith("softmax_ext") else ()):
+                if impl == "softmax_ext.inplace" and direction != "fwd+bwd":
                     continue
-                g = torch.Generator(device="cuda")
-                g.manual_seed(0)
-                x = torch.randn(n, c, device="cuda", dtype=dtype, generator=g)
-                t = torch.randint(0, c, (n,), device="cuda", generator=g)
-                check(x, t)
-                kernel = softmax_ext.plan(x, kind="cross_entropy").kernel
-                for impl, fn in table.items():
-                    for direction in ("fwd", "fwd+bwd") + (("bwd",) if impl == "softmax_ext" else ()):
-                        if impl == "softmax_ext.inplace" and direction != "fwd+bwd":
-                            continue
-                        r = run_case(impl, fn, x, t, direction, copy, es)
-                        r.update(device=name, dtype=dname, tokens=n, vocab=c, kernel=kernel if "softmax_ext" in impl else "")
-                        rows.append(r)
-                        print(f"{dname} {n}x{c} {impl:20s} {direction:8s} {r['ms']} ms {r['pct_floor']}% {r['status']}",
-                              flush=True)
-                del x, t
-                torch.cuda.empty_cache()
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-                with open(path, "w", newline="") as f:
-                    w = csv.DictWriter(f, fieldnames=["device", "dtype", "tokens", "vocab", "impl", "direction",
-                                                      "ms", "gbs", "pct_floor", "status", "kernel"])
-                    w.writeheader()
-                    w.writerows(rows)
+                if impl.startswith("softmax_ext.t") and direction == "fwd+bwd":
+                    continue
+                r = run_case(impl, fn, x, t, direction, copy, es)
+                r.update(device=name, dtype=dname, tokens=n, vocab=c, kernel=kernel if "softmax_ext" in impl else "")
+                rows.append(r)
+                print(f"{dname} {n}x{c} {impl:20s} {direction:8s} {r['ms']} ms {r['pct_floor']}% {r['status']}",
+                      flush=True)
+        del x, t
+        torch.cuda.empty_cache()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["device", "dtype", "tokens", "vocab", "impl", "direction",
+                                              "ms", "gbs", "pct_floor", "status", "kernel"])
+            w.writeheader()
+            w.writerows(rows)
     print(f"\nwritten: {path}")
     print(f"\n{name}, copy {copy:.0f} GB/s; ms (% of the bandwidth floor)")
     names = list(table)

@@ -64,7 +64,7 @@ def _check(x, t, w, reduction, smoothing, dtype, what, ignore_index=-100):
     loss = softmax_ext.cross_entropy(x_ours, t, w, ignore_index, reduction, smoothing)
     x64, ref = _reference(x, t, w, reduction, smoothing, ignore_index)
     _assert_close(loss, ref, dtype, f"{what} loss")
-    g = torch.randn(ref.shape, generator=_gen(7), dtype=torch.float64)
+    g = torch.randn(ref.shape, generator=_gen(7), dtype=torch.float64).to(ref.device)
     ref.backward(g)
     loss.backward(g.to(loss.device, loss.dtype))
     _assert_close(x_ours.grad, x64.grad, dtype, f"{what} grad")

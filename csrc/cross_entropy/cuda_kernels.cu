@@ -303,6 +303,7 @@ void dispatch_dtype(c10::ScalarType t, F&& f) {
 template <typename F>
 void dispatch_threads(int threads, F&& f) {
   if (threads == 512) f(std::integral_constant<int, 512>{});
+  else if (threads == 256) f(std::integral_constant<int, 256>{});
   else f(std::integral_constant<int, 128>{});
 }
 

@@ -9,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <sstream>
 
 namespace softmax_ext::ce {
@@ -27,18 +28,33 @@ std::string CeProblem::to_string() const {
   return s.str();
 }
 
-// CUDA: a block of 512 threads per row. Each thread keeps four 16-byte loads
-// in flight (cuda_kernels.cu), so a block streams 32 KiB per step, and with
-// four blocks per SM the rows of a vocabulary (32000..262144 classes, 64 KiB
-// to 1 MiB) keep enough bytes in flight to cover HBM latency. Short rows
-// (C < 4096) take 128 threads so a block is not mostly idle.
+// CUDA: a block per row; each thread keeps four 16-byte loads in flight
+// (cuda_kernels.cu). The forward block ends every row with a block reduction,
+// during which it has no loads in flight: rows of up to 8192 packs (bf16
+// rows up to 65536 classes, f32 up to 32768) take 256 threads, so each
+// thread streams at least ~16 packs per reduction and five blocks share an
+// SM; longer rows take 512. The backward has no reduction and takes 512
+// threads. Rows under 4096 classes take 128 threads so a block is not
+// mostly idle. SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (for
+// A/B measurements in benchmarks/bench_cross_entropy.py).
+static int cuda_threads(const CeProblem& p, bool backward) {
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
+    const int v = std::atoi(env);
+    if (v == 128 || v == 256 || v == 512) return v;
+  }
+  if (p.classes < 4096) return 128;
+  if (backward) return 512;
+  const int64_t packs = p.classes * static_cast<int64_t>(c10::elementSize(p.dtype)) / 16;
+  return packs <= 8192 ? 256 : 512;
+}
+
 CePlan select_ce(const CeProblem& problem, bool backward) {
   CePlan plan;
   plan.problem = problem;
   const std::string tag = dtype_tag(problem.dtype);
   if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
-    plan.threads = problem.classes >= 4096 ? 512 : 128;
+    plan.threads = cuda_threads(problem, backward);
     plan.kernel = std::string(backward ? "cuda.ce_block_per_row_backward." : "cuda.ce_block_per_row.") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;
