@@ -1,12 +1,21 @@
-// CPU kernels of the fused cross-entropy: at::parallel_for over rows, each
-// row read with ATen Vectorized (16-bit logits widened to float in
-// registers, never in memory). Forward: a max pass and an exp-sum pass over
-// the row (the second from cache), writing the row's loss and lse. Backward:
-// one pass writing softmax - smoothed one-hot, scaled; the true class is
-// fixed up from f32 (f64) values after the vector loop, which also makes the
-// in-place variant (grad over the logits) safe.
+// The CPU kernels of the fused cross-entropy, compiled once per instruction
+// set like the softmax kernels (cpu/isa.h): cpu_default.cpp, cpu_avx2.cpp and
+// cpu_avx512.cpp each set CPU_CAPABILITY and include this once;
+// cpu_dispatch.cpp picks the build at run time.
+//
+// at::parallel_for over rows, each row read with ATen Vectorized (16-bit
+// logits widened to float in registers, never in memory). Forward: a max pass
+// and an exp-sum pass over the row (the second from cache), writing the row's
+// loss and lse. Backward: one pass writing softmax - smoothed one-hot,
+// scaled; the true class is fixed up from f32 (f64) values after the vector
+// loop, which also makes the in-place variant (grad over the logits) safe.
 // The mean / sum is a sequential sum of the per-row losses: fixed order,
 // bit-identical whatever the thread count.
+#pragma once
+
+#ifndef CPU_CAPABILITY
+#error "include from a per-ISA TU (cpu_*.cpp) that defines CPU_CAPABILITY"
+#endif
 
 #include "cross_entropy/plan.h"
 
@@ -21,7 +30,7 @@
 #include <limits>
 #include <type_traits>
 
-namespace softmax_ext::ce {
+namespace softmax_ext::ce::CPU_CAPABILITY {
 namespace {
 
 // Elements of work per parallel_for chunk (ATen's GRAIN_SIZE), counting a
@@ -258,7 +267,7 @@ void dispatch(c10::ScalarType t, F&& f) {
 
 }  // namespace
 
-bool cpu_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace, int64_t& bad_target) {
+bool forward(const CePlan& plan, const CeBuffers& buffers, void* workspace, int64_t& bad_target) {
   bool ok = true;
   dispatch(plan.problem.dtype, [&](auto tag) {
     ok = forward_impl<decltype(tag)>(plan, buffers, workspace, bad_target);
@@ -266,10 +275,10 @@ bool cpu_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace, 
   return ok;
 }
 
-bool cpu_backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_target) {
+bool backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_target) {
   bool ok = true;
   dispatch(plan.problem.dtype, [&](auto tag) { ok = backward_impl<decltype(tag)>(plan, buffers, bad_target); });
   return ok;
 }
 
-}  // namespace softmax_ext::ce
+}  // namespace softmax_ext::ce::CPU_CAPABILITY
