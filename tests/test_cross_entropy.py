@@ -347,3 +347,17 @@ def test_cuda_compile_inductor():
 def test_cuda_plan():
     x = torch.randn(4, 32000, device="cuda", dtype=torch.bfloat16)
     assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.bf16"
+
+
+@requires_cuda
+def test_cuda_all_ignored_shapes_int32():
+    x, t, w = _inputs(4, 5000, torch.float32, "cuda", seed=24, extra=(3,), weight=True)
+    _check(x, t, w, "mean", 0.1, torch.float32, "cuda (N, C, d)")
+    t_all = torch.full((6,), 7, device="cuda")
+    xa = torch.randn(6, 5000, device="cuda").requires_grad_(True)
+    loss = softmax_ext.cross_entropy(xa, t_all, ignore_index=7)
+    assert torch.isnan(loss)
+    softmax_ext.cross_entropy(xa, t_all, ignore_index=7, reduction="sum").backward()
+    assert torch.count_nonzero(xa.grad) == 0
+    x2, t2, _ = _inputs(8, 32000, torch.bfloat16, "cuda", seed=25)
+    _assert_close(softmax_ext.cross_entropy(x2, t2.int()), F.cross_entropy(x2.double(), t2), torch.bfloat16, "int32")
