@@ -17,6 +17,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation .)"
     ) from exc
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
+from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
 from . import nn
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
@@ -29,6 +30,7 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
+    "cross_entropy",
     "patch",
     "unpatch",
     "is_patched",
