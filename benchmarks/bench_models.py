@@ -3,7 +3,7 @@ eager and torch.compile, in one process.
 
     python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
         [--dtypes bfloat16,float32] [--modes eager,compiled]
-        [--variants torch,patch,integration] [--steps 12] [--csv PATH]
+        [--variants torch,patch,integration] [--rounds 4] [--steps 3] [--csv PATH]
 
 Each model is a small random-init Hugging Face config (eager attention, no
 dropout) trained with AdamW on fixed random data: 4 sequences of 512 tokens
@@ -13,14 +13,16 @@ dropout) trained with AdamW on fixed random data: 4 sequences of 512 tokens
   routed to softmax_ext);
 - integration: softmax_ext.integrations.transformers.apply(model) plus
   patch() (the loss on the head's logits without the float32 copy).
-Every variant starts from the same weights and data, so the loss curves must
-agree. Reported per (model, dtype, mode, variant): median step time over
---steps timed steps after warm-up (each step synchronised: what a training
-loop feels, host time included), the first and last loss, the largest loss
-difference from the torch variant, and peak memory. For the Llama model
-(vocabulary 128256), --loss-profile adds the GPU time of the loss's own
-kernels (cross-entropy / log_softmax / nll forward and backward) from a
-profile of a few steps.
+Every variant has its own copy of the same initial weights and data, so the
+loss curves must agree. The variants of a (model, dtype, mode) are warmed up,
+then timed in interleaved rounds (--steps steps of each variant per round, in
+a rotating order), each step synchronised: what a training loop feels, host
+time included. Reported: the median step time, the first and last loss, the
+largest loss difference from the torch variant, and the memory a step
+allocates beyond the resident weights and optimiser state (median). For the
+Llama model (vocabulary 128256), --loss-profile adds the GPU time of the
+loss's own kernels (cross-entropy / log_softmax / nll forward and backward)
+from a profile of a few steps.
 """
 
 import argparse
@@ -58,7 +60,7 @@ def build(name: str):
         model, vocab = tf.LlamaForCausalLM(cfg), 128256
     elif name == "t5":
         cfg = tf.T5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=4, num_heads=8,
-                          dropout_rate=0.0, **common)
+                          dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, **common)
         model, vocab = tf.T5ForConditionalGeneration(cfg), 32128
     elif name == "vit":
         cfg = tf.ViTConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048,
@@ -97,77 +99,123 @@ def build(name: str):
     return model, make_text
 
 
-@contextlib.contextmanager
-def variant_context(variant: str, model):
+def _enter(variant: str, model) -> None:
     if variant == "torch":
-        yield model
         return
-    from softmax_ext.integrations import transformers as sx_transformers
-
     softmax_ext.patch()
     if variant == "integration":
+        from softmax_ext.integrations import transformers as sx_transformers
+
         sx_transformers.apply(model)
+
+
+def _leave(variant: str, model) -> None:
+    softmax_ext.unpatch()
+    if variant == "integration":
+        from softmax_ext.integrations import transformers as sx_transformers
+
+        sx_transformers.remove(model)
+
+
+@contextlib.contextmanager
+def variant_context(variant: str, model):
+    _enter(variant, model)
     try:
         yield model
     finally:
-        softmax_ext.unpatch()
-        if variant == "integration":
-            sx_transformers.remove(model)
+        _leave(variant, model)
 
 
 def _loss_of(out):
     return out.loss if hasattr(out, "loss") else out["loss"]
 
 
-def run_case(name, dtype, mode, variant, steps, warmup, device, loss_profile):
-    torch.manual_seed(0)
-    model, make_batch = build(name)
-    model = model.to(device=device, dtype=dtype).train()
-    if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False
-    g = torch.Generator().manual_seed(1)
-    batches = [make_batch(g, device) for _ in range(4)]
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    row = dict(model=name, dtype=str(dtype).replace("torch.", ""), mode=mode, variant=variant)
-    with variant_context(variant, model):
-        fwd = torch.compile(model) if mode == "compiled" else model
+class Case:
+    """One variant of one model: its own weights (the same initial values for
+    every variant), optimiser, compiled function and data."""
 
-        def step(i):
-            opt.zero_grad(set_to_none=True)
-            loss = _loss_of(fwd(**batches[i % len(batches)]))
-            loss.backward()
-            opt.step()
-            return loss.detach()
+    def __init__(self, name, dtype, mode, variant, device):
+        torch.manual_seed(0)
+        model, make_batch = build(name)
+        self.model = model.to(device=device, dtype=dtype).train()
+        if hasattr(self.model.config, "use_cache"):
+            self.model.config.use_cache = False
+        g = torch.Generator().manual_seed(1)
+        self.batches = [make_batch(g, device) for _ in range(4)]
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.variant = variant
+        self.fwd = torch.compile(self.model) if mode == "compiled" else self.model
+        self.i = 0
+        self.losses, self.times, self.peaks = [], [], []
 
-        losses, times = [], []
-        torch.cuda.reset_peak_memory_stats()
-        for i in range(warmup + steps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            loss = step(i)
-            torch.cuda.synchronize()
-            if i >= warmup:
-                times.append((time.perf_counter() - t0) * 1e3)
-            losses.append(float(loss))
-        row.update(step_ms=statistics.median(times), step_ms_min=min(times), loss_first=losses[0],
-                   loss_last=losses[-1], peak_mib=torch.cuda.max_memory_allocated() / 2**20)
-        row["losses"] = losses
-        if loss_profile:
-            row["loss_gpu_ms"], row["loss_kernels"] = _loss_gpu_ms(step, warmup + steps)
-    return row
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        loss = _loss_of(self.fwd(**self.batches[self.i % len(self.batches)]))
+        loss.backward()
+        self.opt.step()
+        self.i += 1
+        return loss.detach()
+
+    def run(self, steps: int, timed: bool) -> None:
+        """`steps` steps in this variant's state, each synchronised."""
+        with variant_context(self.variant, self.model):
+            for _ in range(steps):
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                t0 = time.perf_counter()
+                loss = self.step()
+                torch.cuda.synchronize()
+                if timed:
+                    self.times.append((time.perf_counter() - t0) * 1e3)
+                    self.peaks.append((torch.cuda.max_memory_allocated() - base) / 2**20)
+                self.losses.append(float(loss))
+
+
+def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_profile):
+    """The variants of one (model, dtype, mode), timed in interleaved rounds
+    (each round runs every variant for `steps` steps, in a rotating order), so
+    that drifts of the machine fall on every variant alike."""
+    cases = []
+    for variant in variants:
+        try:
+            case = Case(name, dtype, mode, variant, device)
+            case.run(warmup, timed=False)
+            cases.append(case)
+        except Exception as e:  # noqa: BLE001  (a crash is a result to record)
+            cases.append(f"{type(e).__name__}: {str(e)[:200]}")
+            print(f"  {name} {dtype} {mode} {variant}: {cases[-1]}", flush=True)
+    live = [c for c in cases if isinstance(c, Case)]
+    for r in range(rounds):
+        for k in range(len(live)):
+            live[(r + k) % len(live)].run(steps, timed=True)
+    rows = []
+    for variant, case in zip(variants, cases):
+        row = dict(model=name, dtype=str(dtype).replace("torch.", ""), mode=mode, variant=variant)
+        if isinstance(case, str):
+            row["error"] = case
+        else:
+            row.update(step_ms=statistics.median(case.times), step_ms_min=min(case.times),
+                       loss_first=case.losses[0], loss_last=case.losses[-1],
+                       peak_mib=statistics.median(case.peaks), losses=case.losses)
+            if loss_profile:
+                with variant_context(variant, case.model):
+                    row["loss_gpu_ms"], row["loss_kernels"] = _loss_gpu_ms(case.step)
+        rows.append(row)
+    return rows
 
 
 _LOSS_KERNEL_MARKS = ("cross_entropy", "nll", "log_softmax", "logsumexp", "crossentropy")
 
 
-def _loss_gpu_ms(step, first, reps=3):
+def _loss_gpu_ms(step, reps=3):
     """GPU time per step of the kernels that compute the loss (forward and
     backward), from a profile of `reps` steps."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(reps):
-            step(first + i)
+        for _ in range(reps):
+            step()
         torch.cuda.synchronize()
     total, names = 0.0, set()
     for e in prof.key_averages():
@@ -183,13 +231,14 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="bfloat16")
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--variants", default="torch,patch,integration")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps of a variant in each round")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--loss-profile", action="store_true", help="profile the loss kernels of the llama model")
     parser.add_argument("--csv", default=None)
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 1:
-        parser.error("--steps and --warmup must be at least 1")
+    if min(args.steps, args.warmup, args.rounds) < 1:
+        parser.error("--steps, --rounds and --warmup must be at least 1")
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA device", file=sys.stderr)
         return 1
@@ -207,19 +256,12 @@ def main(argv=None) -> int:
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             for mode in args.modes.split(","):
-                base = None
-                for variant in args.variants.split(","):
-                    torch._dynamo.reset()
-                    try:
-                        row = run_case(name, dtype, mode, variant, args.steps, args.warmup, device,
-                                       args.loss_profile and name == "llama")
-                    except Exception as e:  # noqa: BLE001  (a crash is a result to record)
-                        row = dict(model=name, dtype=dtype_name, mode=mode, variant=variant,
-                                   error=f"{type(e).__name__}: {str(e)[:200]}")
-                        print(f"  {name} {dtype_name} {mode} {variant}: {row['error']}", flush=True)
-                    if variant == "torch":
-                        base = row
-                    if base is not None and "step_ms" in base and "step_ms" in row:
+                torch._dynamo.reset()
+                found = run_model(name, dtype, mode, args.variants.split(","), args.steps, args.warmup,
+                                  args.rounds, device, args.loss_profile and name == "llama")
+                base = next((r for r in found if r["variant"] == "torch" and "step_ms" in r), None)
+                for row in found:
+                    if base is not None and "step_ms" in row:
                         row["ratio_vs_torch"] = row["step_ms"] / base["step_ms"]
                         row["max_loss_diff"] = max(abs(a - b) for a, b in zip(row["losses"], base["losses"]))
                     rows.append(row)
@@ -227,9 +269,10 @@ def main(argv=None) -> int:
                         writer.writerow(row)
                         f.flush()
                     if "step_ms" in row:
-                        print(f"  {name:6s} {dtype_name:8s} {mode:8s} {variant:11s} {row['step_ms']:8.2f} ms "
+                        print(f"  {name:6s} {dtype_name:8s} {mode:8s} {row['variant']:11s} {row['step_ms']:8.2f} ms "
+                              f"x{row.get('ratio_vs_torch', float('nan')):.3f} "
                               f"loss {row['loss_first']:.4f}->{row['loss_last']:.4f} "
-                              f"peak {row['peak_mib']:.0f} MiB", flush=True)
+                              f"step peak {row['peak_mib']:.0f} MiB", flush=True)
     print()
     print(f"{'model':6s} {'dtype':8s} {'mode':8s} {'variant':11s} {'step ms':>8s} {'x torch':>7s} "
           f"{'max dloss':>9s} {'peak MiB':>8s} {'loss GPU ms':>11s}")

@@ -77,7 +77,10 @@ def _forward_routes(name: str, original: Callable, ours: Callable):
             return ours(input, dim, _autocast_dtype(input, dtype))
         if dim is _MISSING:
             return original(input, *args, **kwargs)
-        return original(input, dim, dtype, *args, **kwargs)
+        if args or dtype is None:
+            # (dtype is keyword-only in torch's overload for dimension names)
+            return original(input, dim, *((dtype,) + args if args else ()), **kwargs)
+        return original(input, dim, dtype=dtype, **kwargs)
 
     return routed
 

@@ -200,9 +200,11 @@ def test_wrong_argument_types_raise_type_error_like_torch(name):
     import softmax_ext
 
     x = torch.randn(3, 4)
-    for args in ((x, 1.0), ([1.0, 2.0], 0), (x, "a")):
+    for args in ((x, 1.0), ([1.0, 2.0], 0)):
         with pytest.raises(TypeError):
             getattr(torch, name)(*args)
+    # (a str dim is a dimension name to torch versions with named tensors)
+    for args in ((x, 1.0), ([1.0, 2.0], 0), (x, "a")):
         with pytest.raises(TypeError):
             getattr(softmax_ext, name)(*args)
     with pytest.raises(TypeError):
