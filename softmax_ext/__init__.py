@@ -18,6 +18,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
     ) from exc
 from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
 from . import nn
+from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/distributed.md)
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
 from ._version import __version__
