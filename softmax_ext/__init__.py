@@ -1,8 +1,8 @@
 """softmax_ext: the softmax family as compiled PyTorch custom ops.
 
 Importing the package loads softmax_ext._C, whose static initialisers register
-every op under torch.ops.softmax_ext; the modules below add the fake (meta)
-kernels, autograd formulas and the Python wrappers.
+every op under torch.ops.softmax_ext with its autograd; the modules below add the
+fake (meta) kernels and the Python wrappers.
 """
 
 import torch  # noqa: F401  (the extension links against libtorch)
@@ -16,7 +16,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation -e . (or run from another directory after "
         "pip install --no-build-isolation .)"
     ) from exc
-from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
+from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
 from . import nn
 from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/distributed.md)
 from ._build_info import build_info
