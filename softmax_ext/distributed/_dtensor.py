@@ -52,13 +52,13 @@ def check_placements(op: str, specs: Sequence, axes: Sequence[Optional[int]]) ->
                 continue
             if type(p) is Shard:
                 raise NotImplementedError(
-                    f"softmax_ext.{op}: placement {p} on mesh dim {mesh_dim} shards the softmax axis "
+                    f"softmax_ext.{op}: placement {p!r} on mesh dim {mesh_dim} shards the softmax axis "
                     f"(dim {axes[i]}); torch.ops.softmax_ext.{op} serves Shard of other dims and Replicate. "
                     "Call softmax_ext.softmax / softmax_ext.log_softmax (the Python functions), which "
                     "exchange per-row statistics across the shards of the axis"
                 )
             raise NotImplementedError(
-                f"softmax_ext.{op}: placement {p} on mesh dim {mesh_dim} is not supported "
+                f"softmax_ext.{op}: placement {p!r} on mesh dim {mesh_dim} is not supported "
                 f"(placements {list(_placements_of(spec))}); accepted: Shard of a dim other than the "
                 "softmax axis, Replicate, and Shard of the axis through softmax_ext.softmax / log_softmax. "
                 "Redistribute (e.g. x.redistribute(placements=[Replicate()])) first"

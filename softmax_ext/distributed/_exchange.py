@@ -35,15 +35,19 @@ def _groups(group: Groups):
     return [group]
 
 
+# torch 2.14 renamed all_gather_into_tensor (kept, deprecated) to all_gather_single.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def all_gather_stats(stats: torch.Tensor, group=None) -> torch.Tensor:
     """(world, *stats.shape): every rank's statistics, in rank order."""
     world = dist.get_world_size(group)
     if world == 1:
         return stats.unsqueeze(0)
-    stats = stats.contiguous()
-    out = stats.new_empty((world,) + tuple(stats.shape))
-    dist.all_gather_into_tensor(out, stats, group=group)
-    return out
+    flat = stats.contiguous().view(-1)
+    out = flat.new_empty(world * flat.numel())
+    _all_gather_single(out, flat, group=group)
+    return out.view((world,) + tuple(stats.shape))
 
 
 def combine_stats(gathered: torch.Tensor) -> torch.Tensor:
