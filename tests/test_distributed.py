@@ -256,7 +256,7 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
 
         # shapes: axis not divisible by the world size; an axis shorter than
         # the world (ranks with empty shards); an axis in the middle.
-        shapes = [((6, 37), -1), ((4, world - 1), 1), ((5, 10, 4), 1)]
+        shapes = [((6, 37), -1), ((4, max(world - 1, 1)), 1), ((5, 10, 4), 1)]
         for mesh_name, mesh in meshes:
             if mesh.ndim == 1:
                 layouts = lambda ax: [[Shard(0)], [Shard(ax)], [Replicate()]]  # noqa: E731
@@ -346,3 +346,13 @@ def test_gloo_world(world):
     if not torch.distributed.is_gloo_available():
         pytest.skip("gloo is not available")
     _spawn(world)
+
+
+@requires_cuda
+@requires_dist
+def test_nccl_world_of_one():
+    """The DTensor path on CUDA: a one-process NCCL world (every check of
+    the gloo worlds, on the GPU)."""
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("NCCL is not available")
+    _spawn(1, "cuda")

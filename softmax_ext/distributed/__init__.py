@@ -12,6 +12,8 @@
 See docs/distributed.md.
 """
 
+import importlib.util
+import sys
 from typing import Optional
 
 import torch
@@ -56,18 +58,61 @@ def plan(x: torch.Tensor, dim: int = -1, step: str = "stats") -> str:
     return _ops._rows_plan.default(x, dim, step)[0]
 
 
+def _register_dtensor_rules() -> None:
+    from . import _dtensor  # noqa: F401  (registers the DTensor sharding rules)
+
+
+class _OnDTensorImport:
+    """A one-shot import hook: registers the DTensor rules right after
+    torch.distributed.tensor is first imported. Importing DTensor costs
+    about half a second, which users who never touch it should not pay, and
+    no DTensor can exist before it is imported."""
+
+    _NAME = "torch.distributed.tensor"
+
+    def find_spec(self, name, path, target=None):
+        if name != self._NAME:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_register(module):
+            exec_module(module)
+            _register_dtensor_rules()
+
+        spec.loader.exec_module = exec_and_register
+        return spec
+
+
 if AVAILABLE:
     from ._exchange import all_gather_stats, combine_stats, exchange_stats, exchange_sums, log_softmax, softmax
-    from . import _dtensor  # noqa: F401  (registers the DTensor sharding rules)
-    from ._dtensor import register_rule, rowwise_rule
+
+    if _OnDTensorImport._NAME in sys.modules:
+        _register_dtensor_rules()
+    else:
+        sys.meta_path.insert(0, _OnDTensorImport())
+
+    def register_rule(name, rule):
+        """Registers a DTensor sharding rule for torch.ops.softmax_ext.<name>
+        (see _dtensor.py); imports DTensor."""
+        from . import _dtensor
+
+        _dtensor.register_rule(name, rule)
 
     def dtensor_call(x, dim: int, kind: str, dtype: Optional[torch.dtype]):
         """The sharded-axis path for softmax_ext.softmax / log_softmax: the
         result for a DTensor whose softmax axis is sharded, else None."""
+        if _OnDTensorImport._NAME not in sys.modules:
+            return None  # no DTensor can exist yet
         from torch.distributed.tensor import DTensor
 
         if not isinstance(x, DTensor):
             return None
+        from . import _dtensor
+
         return _dtensor.sharded_axis_call(x, dim, kind, dtype)
 else:
 
