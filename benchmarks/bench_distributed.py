@@ -20,9 +20,14 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 
 import torch
+
+# Run from a source checkout: the package beside this folder (the spawned
+# ranks inherit sys.path).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _free_port():

@@ -72,7 +72,7 @@ def rowwise_rule(tensor_args: Sequence[int], dim_arg: int, outputs: int = 1) -> 
     tensor, for every dim d but the axis."""
 
     def rule(op: str, *args) -> List:
-        ndim = args[tensor_args[0]].ndim
+        ndim = len(args[tensor_args[0]].shape)
         dim = args[dim_arg]
         axis = dim % max(ndim, 1)
         specs = [args[i] for i in tensor_args]
