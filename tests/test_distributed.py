@@ -294,6 +294,24 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
                             assert_close_verbose(dx.full_tensor(), _ref_backward(kind, dy, y, dim),
                                                  msg=what + " backward op", **BACKWARD_TOLERANCES[dtype])
 
+        # the per-rank ops on DTensors sharded over the rows
+        mesh = meshes[0][1]
+        for shape, dim in [((6, 37), -1), ((5, 10, 4), 1)]:
+            x = make_input(shape, torch.float32, "cpu", seed=13).to(device)
+            dy = make_input(shape, torch.float32, "cpu", seed=14, scale=1.0).to(device)
+            for kind in KINDS:
+                xd, dyd = distribute_tensor(x, mesh, [Shard(0)]), distribute_tensor(dy, mesh, [Shard(0)])
+                sdt = torch.ops.softmax_ext.softmax_stats(xd, dim)
+                assert tuple(sdt.placements) == (Shard(0),)
+                yd = torch.ops.softmax_ext.softmax_normalize(xd, sdt, dim, kind)
+                assert_close_verbose(yd.full_tensor(), _ref(kind, x, dim), msg=f"DTensor normalize {kind} {shape}",
+                                     **TOLERANCES[torch.float32])
+                bd = torch.ops.softmax_ext.softmax_backward_stats(dyd, yd, dim, kind)
+                dxd = torch.ops.softmax_ext.softmax_backward_normalize(dyd, yd, bd, dim, kind)
+                assert tuple(dxd.placements) == (Shard(0),)
+                assert_close_verbose(dxd.full_tensor(), _ref_backward(kind, dy, yd.full_tensor(), dim),
+                                     msg=f"DTensor backward normalize {kind} {shape}", **BACKWARD_TOLERANCES[torch.float32])
+
         # the exchanged statistics are bitwise the same on every rank
         mesh = meshes[0][1]
         x = make_input((5, 4 * world + 3), torch.float32, "cpu", seed=5).to(device)

@@ -65,22 +65,28 @@ def check_placements(op: str, specs: Sequence, axes: Sequence[Optional[int]]) ->
             )
 
 
-def rowwise_rule(tensor_args: Sequence[int], dim_arg: int, outputs: int = 1) -> Callable:
-    """The rule of an op reducing along one axis shared by all its tensor
+def rowwise_rule(tensor_args: Sequence[int], dim_arg: int, outputs: int = 1,
+                 reduced_args: Sequence[int] = (), reduced_output: bool = False) -> Callable:
+    """The rule of an op reducing along one axis shared by its tensor
     arguments (at positions tensor_args; the axis is argument dim_arg), with
     outputs shaped like them: Replicate, or the same Shard(d) for every
-    tensor, for every dim d but the axis."""
+    tensor, for every dim d but the axis. Tensors at reduced_args (and the
+    output, with reduced_output) are per-row statistics: the shape without
+    the axis (plus trailing dims), so Shard(d) of the rows is their
+    Shard(d - 1) past the axis."""
 
     def rule(op: str, *args) -> List:
-        ndim = len(args[tensor_args[0]].shape)
-        dim = args[dim_arg]
-        axis = dim % max(ndim, 1)
-        specs = [args[i] for i in tensor_args]
-        check_placements(op, specs, [axis] * len(specs))
+        full = [i for i in tensor_args if i not in reduced_args]
+        ndim = len(args[full[0]].shape)
+        axis = args[dim_arg] % max(ndim, 1)
+        check_placements(op, [args[i] for i in tensor_args],
+                         [None if i in reduced_args else axis for i in tensor_args])
         entries = []
-        for placement in [Replicate()] + [Shard(d) for d in range(ndim) if d != axis]:
-            ins = [placement if i in tensor_args else None for i in range(len(args))]
-            entries.append(([placement] * outputs, ins))
+        for d in [None] + [d for d in range(ndim) if d != axis]:
+            placement = Replicate() if d is None else Shard(d)
+            stats = Replicate() if d is None else Shard(d if d < axis else d - 1)
+            ins = [stats if i in reduced_args else placement if i in tensor_args else None for i in range(len(args))]
+            entries.append(([stats if reduced_output else placement] * outputs, ins))
         return entries
 
     return rule
@@ -111,8 +117,12 @@ def _register_all() -> None:
     register_rule("log_softmax", rowwise_rule(tensor_args=(0,), dim_arg=1))
     register_rule("softmax_backward", rowwise_rule(tensor_args=(0, 1), dim_arg=2))
     register_rule("log_softmax_backward", rowwise_rule(tensor_args=(0, 1), dim_arg=2))
-    # The per-rank steps run locally under the same placements (statistics
-    # are not DTensor-combined: use the Python functions for that).
+    # The per-rank steps run locally under the same placements (their
+    # statistics are per shard: a Shard of the axis is refused here too).
+    register_rule("softmax_stats", rowwise_rule(tensor_args=(0,), dim_arg=1, reduced_output=True))
+    register_rule("softmax_normalize", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_args=(1,)))
+    register_rule("softmax_backward_stats", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_output=True))
+    register_rule("softmax_backward_normalize", rowwise_rule(tensor_args=(0, 1, 2), dim_arg=3, reduced_args=(2,)))
     # Hook: ops written later (cross_entropy, softmax_matmul) get their rule
     # here, one line each, guarded while they may be absent, e.g.
     #   if hasattr(_ops, "softmax_matmul"): register_rule("softmax_matmul", softmax_matmul_rule)

@@ -21,6 +21,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 _ops = torch.ops.softmax_ext
 
@@ -69,7 +70,8 @@ def combine_stats(gathered: torch.Tensor) -> torch.Tensor:
 def exchange_stats(stats: torch.Tensor, group: Groups = None) -> torch.Tensor:
     """The whole rows' (max, sum) from this rank's softmax_stats."""
     for g in _groups(group):
-        stats = combine_stats(all_gather_stats(stats, g))
+        if dist.get_world_size(g) > 1:  # one rank's statistics are the rows' already
+            stats = combine_stats(all_gather_stats(stats, g))
     return stats
 
 
@@ -77,6 +79,8 @@ def exchange_sums(sums: torch.Tensor, group: Groups = None) -> torch.Tensor:
     """The whole rows' sum from this rank's softmax_backward_stats (added in
     rank order)."""
     for g in _groups(group):
+        if dist.get_world_size(g) == 1:
+            continue
         gathered = all_gather_stats(sums, g)
         total = gathered[0]
         for r in range(1, gathered.shape[0]):
@@ -95,6 +99,7 @@ class _ShardedSoftmax(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
         if dy.dtype != y.dtype:
