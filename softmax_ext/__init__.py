@@ -22,6 +22,7 @@ from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/dist
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
 from ._version import __version__
+from .patching import is_patched, patch, unpatch
 from .plan import Plan, Problem, plan, plan_limits
 
 __all__ = [
@@ -29,6 +30,9 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
+    "patch",
+    "unpatch",
+    "is_patched",
     "plan",
     "plan_limits",
     "Plan",

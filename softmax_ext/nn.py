@@ -1,5 +1,7 @@
-"""Drop-in modules for torch.nn.Softmax and torch.nn.LogSoftmax."""
+"""Drop-in modules for torch.nn.Softmax and torch.nn.LogSoftmax, and
+swap_softmax() to put them (and CrossEntropyLoss) into an existing model."""
 
+import warnings
 from typing import Optional
 
 import torch
@@ -7,8 +9,12 @@ import torch
 from ._ops import log_softmax, softmax
 
 
-def _legacy_dim(ndim: int) -> int:
-    # torch.nn.functional's rule for dim=None (deprecated there too).
+def _implicit_dim(name: str, ndim: int) -> int:
+    # torch.nn.functional's rule for dim=None, with its deprecation warning.
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
     return 0 if ndim in (0, 1, 3) else 1
 
 
@@ -20,7 +26,7 @@ class Softmax(torch.nn.Module):
         self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return softmax(x, _legacy_dim(x.dim()) if self.dim is None else self.dim)
+        return softmax(x, _implicit_dim("softmax", x.dim()) if self.dim is None else self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
@@ -34,7 +40,41 @@ class LogSoftmax(torch.nn.Module):
         self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return log_softmax(x, _legacy_dim(x.dim()) if self.dim is None else self.dim)
+        return log_softmax(x, _implicit_dim("log_softmax", x.dim()) if self.dim is None else self.dim)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+def _replacement(child: torch.nn.Module) -> Optional[torch.nn.Module]:
+    """The softmax_ext module standing in for `child` (exactly one of torch's
+    classes, not a subclass with behaviour of its own), or None."""
+    kind = type(child)
+    if kind is torch.nn.Softmax:
+        return Softmax(child.dim)
+    if kind is torch.nn.LogSoftmax:
+        return LogSoftmax(child.dim)
+    if kind is torch.nn.CrossEntropyLoss and "CrossEntropyLoss" in globals():
+        return CrossEntropyLoss(  # noqa: F821  (defined below where the op is built)
+            weight=child.weight,
+            ignore_index=child.ignore_index,
+            reduction=child.reduction,
+            label_smoothing=child.label_smoothing,
+        )
+    return None
+
+
+def swap_softmax(module: torch.nn.Module) -> int:
+    """Replaces, in place, every torch.nn.Softmax, torch.nn.LogSoftmax and
+    torch.nn.CrossEntropyLoss submodule of `module` with its softmax_ext
+    counterpart (same arguments); returns how many were replaced. `module`
+    itself is not replaced (swap its parent's attribute for that)."""
+    replaced = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            new = _replacement(child)
+            if new is not None:
+                new.train(child.training)
+                setattr(parent, name, new)
+                replaced += 1
+    return replaced

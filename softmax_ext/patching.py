@@ -1,0 +1,175 @@
+"""softmax_ext.patch(): route torch's softmax, log_softmax and cross_entropy
+entry points to softmax_ext, for existing models, in one line.
+
+    softmax_ext.patch()            # from now on (softmax_ext.unpatch() undoes it)
+    with softmax_ext.patch():      # only inside the block
+        loss = model(x).loss
+
+Each routed entry point serves the calls softmax_ext supports (a floating
+tensor of up to 8 dims on CPU or CUDA, an int dim; for cross_entropy class
+indices and the default size_average/reduce) and hands every other call to
+torch unchanged, so a patched program raises only the errors torch raises.
+Under torch.compile the routed calls trace to torch.ops.softmax_ext.*.
+"""
+
+import functools
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import _ops
+
+_FLOATING = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_DEVICES = ("cpu", "cuda")
+
+# (owner, attribute name) -> (torch's original, whether owner defined it
+# itself rather than inheriting it), while patched.
+_originals: Dict[Tuple[object, str], Tuple[Callable, bool]] = {}
+_MISSING = object()  # dim not given: torch raises its own error
+
+
+def _serves(x, dim, dtype) -> bool:
+    """True for the calls softmax_ext's softmax/log_softmax take as torch would."""
+    return (
+        type(x) is torch.Tensor
+        and type(dim) is int
+        and x.device.type in _DEVICES
+        and x.layout == torch.strided
+        and x.dim() <= 8
+        and (x.dtype in _FLOATING if dtype is None else dtype in _FLOATING and not x.is_complex())
+    )
+
+
+def _autocast_serves(x) -> bool:
+    """Under autocast softmax_ext follows CUDA's policy for softmax and
+    log_softmax (computed in float32, see _autocast_dtype); other devices'
+    autocast calls stay with torch."""
+    return x.device.type == "cuda" or not torch.is_autocast_enabled(x.device.type)
+
+
+def _autocast_dtype(x, dtype):
+    # CUDA autocast runs torch's softmax and log_softmax in float32;
+    # softmax_ext reads 16-bit inputs as they are and writes float32 without
+    # a cast pass.
+    if dtype is None and x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled("cuda"):
+        return torch.float32
+    return dtype
+
+
+def _forward_routes(name: str, original: Callable, ours: Callable):
+    """torch.softmax / F.softmax style entry points (input, dim, ..., dtype)."""
+
+    if name.startswith("F."):
+        # F.softmax(input, dim=None, _stacklevel=3, dtype=None)
+        @functools.wraps(original)
+        def routed(input, dim=None, _stacklevel=3, dtype=None):
+            if _serves(input, dim, dtype) and _autocast_serves(input):
+                return ours(input, dim, _autocast_dtype(input, dtype))
+            return original(input, dim, _stacklevel, dtype)
+
+        return routed
+
+    # torch.softmax(input, dim, dtype=None), Tensor.softmax(self, dim, dtype=None)
+    @functools.wraps(original)
+    def routed(input, dim=_MISSING, dtype=None, *args, **kwargs):
+        if not args and not kwargs and _serves(input, dim, dtype) and _autocast_serves(input):
+            return ours(input, dim, _autocast_dtype(input, dtype))
+        if dim is _MISSING:
+            return original(input, *args, **kwargs)
+        return original(input, dim, dtype, *args, **kwargs)
+
+    return routed
+
+
+def _cross_entropy_route(original: Callable):
+    @functools.wraps(original)
+    def routed(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+               reduction="mean", label_smoothing=0.0):
+        from . import cross_entropy
+
+        if (
+            size_average is None
+            and reduce is None
+            and type(input) is torch.Tensor
+            and type(target) is torch.Tensor
+            and input.dtype in _FLOATING
+            and input.device.type in _DEVICES
+            and input.layout == torch.strided
+            and target.dtype == torch.int64
+            and target.dim() == max(input.dim() - 1, 0)
+            and (weight is None or type(weight) is torch.Tensor)
+            and reduction in ("mean", "sum", "none")
+            # autocast computes torch's cross_entropy in float32 and returns a
+            # float32 loss: calls under autocast stay with torch
+            and not torch.is_autocast_enabled(input.device.type)
+        ):
+            return cross_entropy(input, target, weight, ignore_index, reduction, float(label_smoothing))
+        return original(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
+
+    return routed
+
+
+# Every routed entry point: (owner, attribute, label), and torch's own
+# function for it, taken when softmax_ext is imported.
+_TARGETS = [
+    (torch, "softmax", "torch.softmax"),
+    (torch, "log_softmax", "torch.log_softmax"),
+    (torch.Tensor, "softmax", "Tensor.softmax"),
+    (torch.Tensor, "log_softmax", "Tensor.log_softmax"),
+    (F, "softmax", "F.softmax"),
+    (F, "log_softmax", "F.log_softmax"),
+    (F, "cross_entropy", "F.cross_entropy"),
+]
+_TORCH_FUNCTIONS = {label: getattr(owner, name) for owner, name, label in _TARGETS}
+
+
+def routed(label: str) -> Optional[Callable]:
+    """The routed version of torch's entry point `label` (e.g. "F.softmax"),
+    or None where softmax_ext has no op for it."""
+    original = _TORCH_FUNCTIONS[label]
+    if label == "F.cross_entropy":
+        return _cross_entropy_route(original) if hasattr(torch.ops.softmax_ext, "cross_entropy") else None
+    ours = _ops.log_softmax if label.endswith("log_softmax") else _ops.softmax
+    return _forward_routes(label, original, ours)
+
+
+class _Patched:
+    """What patch() returns: the routing is on already; as a context manager
+    it is undone when the block is left."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        unpatch()
+        return False
+
+
+def patch() -> _Patched:
+    """Route torch.softmax, torch.log_softmax, Tensor.softmax,
+    Tensor.log_softmax, F.softmax, F.log_softmax and F.cross_entropy to
+    softmax_ext for the calls it serves (torch keeps the others). Calling it
+    again while patched changes nothing. Use as a function (undo with
+    unpatch()) or as a context manager."""
+    if not _originals:
+        for owner, name, label in _TARGETS:
+            function = routed(label)
+            if function is not None:
+                _originals[(owner, name)] = (getattr(owner, name), name in vars(owner))
+                setattr(owner, name, function)
+    return _Patched()
+
+
+def unpatch() -> None:
+    """Give torch its own entry points back (nothing happens when not patched)."""
+    while _originals:
+        (owner, name), (original, own) = _originals.popitem()
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+def is_patched() -> bool:
+    return bool(_originals)
