@@ -219,6 +219,27 @@ def test_cuda_families_and_determinism():
                                  msg=f"offset n={n} {dtype}", **TOLERANCES[dtype])
 
 
+@requires_dist
+def test_import_does_not_load_dtensor():
+    """Importing softmax_ext leaves DTensor unimported (it costs about half a
+    second); importing DTensor later registers the rules."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, softmax_ext\n"
+        "assert 'torch.distributed.tensor' not in sys.modules, 'DTensor imported'\n"
+        "import torch\n"
+        "from torch.distributed.tensor import DTensor\n"
+        "props = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
+        "assert torch.ops.softmax_ext.softmax.default in props, 'no rule'\n"
+        "assert torch.ops.softmax_ext.softmax_backward_normalize.default in props, 'no rule'\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------
 # Spawned gloo worlds
 # --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ See docs/distributed.md.
 
 import importlib.util
 import sys
+import warnings
 from typing import Optional
 
 import torch
@@ -81,7 +82,11 @@ class _OnDTensorImport:
 
         def exec_and_register(module):
             exec_module(module)
-            _register_dtensor_rules()
+            try:
+                _register_dtensor_rules()
+            except Exception as exc:  # never break the user's import of DTensor
+                warnings.warn(f"softmax_ext: the DTensor sharding rules could not be registered ({exc!r}); "
+                              "DTensor inputs to softmax_ext ops will fail")
 
         spec.loader.exec_module = exec_and_register
         return spec
