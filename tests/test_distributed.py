@@ -367,6 +367,8 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
         with pytest.raises(NotImplementedError, match="Partial"):
             torch.ops.softmax_ext.log_softmax(p, -1)
         s = distribute_tensor(torch.ones(4, 8, device=device), mesh, [Shard(1)])
+        with pytest.raises(IndexError, match="softmax_ext.softmax: dim 3 is out of range"):
+            softmax_ext.softmax(s, 3)
         with pytest.raises(NotImplementedError, match=r"Shard\(dim=1\).*softmax axis"):
             torch.ops.softmax_ext.softmax(s, 1)
     finally:

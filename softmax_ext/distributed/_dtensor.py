@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from . import _exchange
+from .._meta import _wrap_dim
 
 _ops = torch.ops.softmax_ext
 
@@ -144,7 +145,7 @@ def sharded_axis_call(x: DTensor, dim: int, kind: str, dtype: Optional[torch.dty
     local shard (to_local / from_local, both differentiable), exchanging the
     statistics over the process groups of those mesh dims; the output keeps
     x's placements (and its global shape, for uneven shards)."""
-    axis = dim % max(x.ndim, 1)
+    axis = _wrap_dim(f"softmax_ext.{kind}", dim, x.ndim)
     mesh_dims = axis_mesh_dims(x, axis)
     if not mesh_dims:
         return None
