@@ -127,6 +127,12 @@ def _register_all() -> None:
     # Hook: ops written later (cross_entropy, softmax_matmul) get their rule
     # here, one line each, guarded while they may be absent, e.g.
     #   if hasattr(_ops, "softmax_matmul"): register_rule("softmax_matmul", softmax_matmul_rule)
+    # Autograd runs below DTensor's dispatch, so the ops that an op's
+    # autograd formula calls need rules too: softmax_matmul's
+    # _softmax_matmul_forward -> (out, lse) and _softmax_matmul_backward;
+    # cross_entropy's _cross_entropy_forward -> (loss, lse, total_weight) and
+    # _cross_entropy_backward (outputs=2 or 3; a "sum" loss or total_weight
+    # over a sharded batch is Partial(), a "mean" loss needs Replicate).
 
 
 # --------------------------------------------------------------------------
