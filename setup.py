@@ -144,9 +144,9 @@ def _extension():
         include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={"cxx": cxx, "nvcc": nvcc} if WITH_CUDA else {"cxx": cxx},
         extra_link_args=["-fopenmp"] + _libstdcxx_link_flags(),
-        # _C holds no Python objects, so one abi3 binary serves every CPython
-        # of a torch version (torch adds -DPy_LIMITED_API itself).
-        py_limited_api=True,
+        # _C binds the ops' eager entry points to torch's Python objects
+        # (csrc/python/), so it is built for one CPython, like torch itself.
+        py_limited_api=False,
     )
     return CUDAExtension(**kwargs) if WITH_CUDA else CppExtension(**kwargs)
 
@@ -167,7 +167,6 @@ setup(
     packages=find_packages(include=["softmax_ext", "softmax_ext.*"]),
     ext_modules=[_extension()],
     cmdclass={"build_ext": BuildExtension},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
     python_requires=">=3.9",
     install_requires=["torch"],
 )

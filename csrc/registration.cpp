@@ -1,8 +1,11 @@
 // The one schema file: every op of the softmax_ext namespace is defined here
-// (implementations are registered per dispatch key in ops/ops.cpp), plus the
-// empty Python module whose import runs these static registrations.
+// (implementations are registered per dispatch key in ops/ops.cpp, autograd
+// in ops/autograd.cpp), plus the Python module _C, whose import runs these
+// static registrations and which holds the ops' eager entry points
+// (python/fast_calls.cpp).
 
 #include "ops/ops.h"
+#include "python/fast_calls.h"
 
 #include <Python.h>
 #include <torch/library.h>
@@ -44,9 +47,10 @@ TORCH_LIBRARY(softmax_ext, m) {
 
 }  // namespace softmax_ext
 
-// Importing softmax_ext._C only has to run the static registrations above;
-// the module itself is empty (no pybind11, so the limited API applies).
+// Importing softmax_ext._C runs the static registrations above; the module
+// holds the eager entry points.
 extern "C" PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
+                                          softmax_ext::python::methods()};
   return PyModule_Create(&module_def);
 }

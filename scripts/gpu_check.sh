@@ -6,6 +6,8 @@
 #   scripts/gpu_check.sh                 build + python -m softmax_ext + tests
 #   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck
 #   BENCH=1 scripts/gpu_check.sh         + benchmarks (BENCH_ARGS: their options)
+#   HOST=1 scripts/gpu_check.sh          + host cost per call beside torch (bench_host)
+#   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
 #   TESTS="tests/test_x.py" ...          which tests (default: all of tests/)
 #   MAIN=0 ...                           skip python -m softmax_ext
 # Logs go to $OUT (default /tmp/softmax_ext_out).
@@ -58,6 +60,18 @@ fi
 if [ "${BENCH:-0}" = 1 ] && [ -f benchmarks/bench_softmax.py ]; then
   python3 -m benchmarks.bench_softmax ${BENCH_ARGS:-} --out "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.log" | tail -120
   summary+=("benchmark: exit ${PIPESTATUS[0]} (table in $OUT/bench.log)")
+fi
+
+if [ "${HOST:-0}" = 1 ]; then
+  python3 -m benchmarks.bench_host 2>&1 | tee "$OUT/host.log"
+  summary+=("host benchmark: exit ${PIPESTATUS[0]} ($OUT/host.log)")
+fi
+
+if [ "${MODELS:-0}" = 1 ]; then
+  timeout "${MODELS_TIMEOUT:-600}" python3 -m benchmarks.bench_models ${MODELS_ARGS:-} --csv "$OUT/models.csv" \
+    > "$OUT/models.log" 2>&1
+  summary+=("model benchmark: exit $? ($OUT/models.log, $OUT/models.csv)")
+  grep -E "^  [a-z0-9]+ " "$OUT/models.log" | tail -60
 fi
 
 echo

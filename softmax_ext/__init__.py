@@ -17,6 +17,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation .)"
     ) from exc
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
+from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
 from . import nn
 from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/distributed.md)
 from ._build_info import build_info
@@ -30,6 +31,7 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
+    "cross_entropy",
     "patch",
     "unpatch",
     "is_patched",

@@ -1,17 +1,27 @@
-"""Thin Python wrappers over torch.ops.softmax_ext (same names and defaults).
+"""Python wrappers of torch.ops.softmax_ext (same names and defaults).
 
-An argument of the wrong type raises TypeError, as torch's own functions do
-(the op call path reports it as a RuntimeError)."""
+A call on a plain tensor in eager mode goes through _C's direct entry points
+(csrc/python/fast_calls.cpp): the same op through the dispatcher, without the
+generic torch.ops argument parsing. Tensor subclasses, torch function modes
+and torch.compile's tracing take the torch.ops path, which handles them.
+An argument of the wrong type raises TypeError on both paths, as torch's own
+functions do."""
 
 from typing import Optional
 
 import torch
+
+from . import _C
 
 _ops = torch.ops.softmax_ext
 _softmax = _ops.softmax.default
 _log_softmax = _ops.log_softmax.default
 _softmax_backward = _ops.softmax_backward.default
 _log_softmax_backward = _ops.log_softmax_backward.default
+
+_is_compiling = torch.compiler.is_compiling
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
+_Tensor = torch.Tensor
 
 
 def _raise_if_type_error(exc: RuntimeError) -> None:
@@ -23,7 +33,7 @@ def _raise_if_type_error(exc: RuntimeError) -> None:
 
 def _sharded_axis(x, dim, kind, dtype):
     # A DTensor whose softmax axis is sharded takes the statistics exchange
-    # (softmax_ext.distributed); plain tensors skip this at one type check.
+    # (softmax_ext.distributed); other tensors return None at once.
     if type(x) is torch.Tensor:
         return None
     from .distributed import dtensor_call
@@ -33,6 +43,8 @@ def _sharded_axis(x, dim, kind, dtype):
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """exp(x - max) / sum(exp(x - max)) along `dim`; `dtype` casts the input first."""
+    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._softmax(x, dim, dtype)
     y = _sharded_axis(x, dim, "softmax", dtype)
     if y is not None:
         return y
@@ -45,6 +57,8 @@ def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None)
 
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """x - max - log(sum(exp(x - max))) along `dim`; `dtype` casts the input first."""
+    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._log_softmax(x, dim, dtype)
     y = _sharded_axis(x, dim, "log_softmax", dtype)
     if y is not None:
         return y
@@ -57,6 +71,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = N
 
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of softmax from its output y: y * (dy - sum(y * dy))."""
+    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._softmax_backward(grad_output, output, dim)
     try:
         return _softmax_backward(grad_output, output, dim)
     except RuntimeError as exc:
@@ -66,6 +82,8 @@ def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) 
 
 def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of log_softmax from its output y: dy - exp(y) * sum(dy)."""
+    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._log_softmax_backward(grad_output, output, dim)
     try:
         return _log_softmax_backward(grad_output, output, dim)
     except RuntimeError as exc:

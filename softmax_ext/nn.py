@@ -46,6 +46,56 @@ class LogSoftmax(torch.nn.Module):
         return f"dim={self.dim}"
 
 
+class CrossEntropyLoss(torch.nn.Module):
+    """softmax_ext.cross_entropy as a module, like torch.nn.CrossEntropyLoss
+    (class-index targets; same constructor arguments, plus inplace_backward:
+    write the gradient over the logits in the backward pass)."""
+
+    def __init__(
+        self,
+        weight: Optional[torch.Tensor] = None,
+        size_average=None,
+        ignore_index: int = -100,
+        reduce=None,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        inplace_backward: bool = False,
+    ) -> None:
+        super().__init__()
+        if size_average is not None or reduce is not None:
+            from torch.nn import _reduction
+
+            reduction = _reduction.legacy_get_string(size_average, reduce)
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = reduction
+        self.label_smoothing = label_smoothing
+        self.inplace_backward = inplace_backward
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        from ._cross_entropy import cross_entropy
+
+        if target.is_floating_point():
+            # probability targets: torch's cross_entropy (softmax_ext takes class indices)
+            return torch.nn.functional.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                                                     reduction=self.reduction, label_smoothing=self.label_smoothing)
+        return cross_entropy(
+            input,
+            target,
+            self.weight,
+            self.ignore_index,
+            self.reduction,
+            self.label_smoothing,
+            inplace_backward=self.inplace_backward,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+            f"label_smoothing={self.label_smoothing}, inplace_backward={self.inplace_backward}"
+        )
+
+
 def _replacement(child: torch.nn.Module) -> Optional[torch.nn.Module]:
     """The softmax_ext module standing in for `child` (exactly one of torch's
     classes, not a subclass with behaviour of its own), or None."""
@@ -54,8 +104,8 @@ def _replacement(child: torch.nn.Module) -> Optional[torch.nn.Module]:
         return Softmax(child.dim)
     if kind is torch.nn.LogSoftmax:
         return LogSoftmax(child.dim)
-    if kind is torch.nn.CrossEntropyLoss and "CrossEntropyLoss" in globals():
-        return CrossEntropyLoss(  # noqa: F821  (defined below where the op is built)
+    if kind is torch.nn.CrossEntropyLoss:
+        return CrossEntropyLoss(
             weight=child.weight,
             ignore_index=child.ignore_index,
             reduction=child.reduction,

@@ -40,7 +40,15 @@ def plan(
     dtype: Optional[torch.dtype] = None,
 ) -> Plan:
     """The plan for softmax/log_softmax of `x` along `dim` (its backward when
-    `backward`, with grad_output and output laid out like x)."""
+    `backward`, with grad_output and output laid out like x); with
+    kind="cross_entropy", the fused cross-entropy of logits `x` (class dim 1,
+    or 0 for 1-D logits; `dim` is not used): its problem is the rows of C
+    classes the op forms."""
+    if kind == "cross_entropy":
+        kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan_cross_entropy.default(x, backward)
+        rows, classes, stride = p[:3]
+        problem = Problem(rows, classes, 1, 1, (rows,), (stride,))
+        return Plan(kernel, workspace, deterministic, getattr(torch, acc.lower()), problem)
     kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan.default(
         x, dim, kind, backward, dtype
     )

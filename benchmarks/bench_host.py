@@ -1,0 +1,89 @@
+"""Host cost per call: softmax_ext beside torch, back to back on small
+tensors, so the time is the Python + dispatcher + launch path, not the kernel.
+
+    python -m benchmarks.bench_host [--device cuda] [--calls 2000] [--rounds 15]
+
+Rows: the forward without grad, the forward with grad (building the autograd
+node), the backward op, the autograd round trip (forward + sum + backward),
+and softmax_ext through softmax_ext.patch() (torch.softmax routed). Each
+figure is the median over rounds of the mean µs per call of a round; the
+rounds of softmax_ext and torch alternate. The device is synchronised once
+per round, so a kernel's GPU time only shows where it is longer than the
+host's time per call.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import softmax_ext
+
+
+def _per_call_us(fn, calls: int, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def cases(device: str):
+    x = torch.randn(8, 128, device=device)
+    xg = x.clone().requires_grad_(True)
+    y = torch.softmax(x, -1)
+    dy = torch.randn_like(y)
+    aten_bwd = torch.ops.aten._softmax_backward_data
+
+    def round_trip(f):
+        def run():
+            f(xg, -1).sum().backward()
+
+        return run
+
+    return [
+        ("softmax, no grad", lambda: softmax_ext.softmax(x, -1), lambda: torch.softmax(x, -1)),
+        ("log_softmax, no grad", lambda: softmax_ext.log_softmax(x, -1), lambda: torch.log_softmax(x, -1)),
+        ("softmax, input requires grad", lambda: softmax_ext.softmax(xg, -1), lambda: torch.softmax(xg, -1)),
+        ("softmax_backward op", lambda: softmax_ext.softmax_backward(dy, y, -1),
+         lambda: aten_bwd(dy, y, -1, torch.float32)),
+        ("autograd round trip", round_trip(softmax_ext.softmax), round_trip(torch.softmax)),
+        ("torch.softmax under patch()", None, lambda: torch.softmax(x, -1)),
+        ("F.softmax under patch()", None, lambda: torch.nn.functional.softmax(x, -1)),
+    ]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args(argv)
+    if args.calls < 1 or args.rounds < 1:
+        parser.error("--calls and --rounds must be at least 1")
+
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    print(f"host cost per call, {name}, torch {torch.__version__}, (8, 128) float32, median of {args.rounds} rounds")
+    print(f"{'call':34s} {'softmax_ext µs':>15s} {'torch µs':>10s} {'ratio':>7s}")
+    for label, ours, theirs in cases(args.device):
+        patched = ours is None
+        if patched:
+            ours = theirs  # the same call, routed by patch()
+        mine, ref = [], []
+        for _ in range(args.rounds):
+            if patched:
+                softmax_ext.patch()
+            mine.append(_per_call_us(ours, args.calls, args.device))
+            if patched:
+                softmax_ext.unpatch()
+            ref.append(_per_call_us(theirs, args.calls, args.device))
+        a, b = statistics.median(mine), statistics.median(ref)
+        print(f"{label:34s} {a:15.2f} {b:10.2f} {a / b:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Training steps of real transformer models: plain torch beside softmax_ext,
+eager and torch.compile, in one process.
+
+    python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
+        [--dtypes bfloat16,float32] [--modes eager,compiled]
+        [--variants torch,patch,integration] [--steps 12] [--csv PATH]
+
+Each model is a small random-init Hugging Face config (eager attention, no
+dropout) trained with AdamW on fixed random data: 4 sequences of 512 tokens
+(ViT: 16 images of 224x224; CLIP: 16 image-text pairs). Variants:
+- torch: the model as it is;
+- patch: softmax_ext.patch() (torch.softmax, F.softmax, F.cross_entropy, ...
+  routed to softmax_ext);
+- integration: softmax_ext.integrations.transformers.apply(model) plus
+  patch() (the loss on the head's logits without the float32 copy).
+Every variant starts from the same weights and data, so the loss curves must
+agree. Reported per (model, dtype, mode, variant): median step time over
+--steps timed steps after warm-up (each step synchronised: what a training
+loop feels, host time included), the first and last loss, the largest loss
+difference from the torch variant, and peak memory. For the Llama model
+(vocabulary 128256), --loss-profile adds the GPU time of the loss's own
+kernels (cross-entropy / log_softmax / nll forward and backward) from a
+profile of a few steps.
+"""
+
+import argparse
+import contextlib
+import csv
+import statistics
+import sys
+import time
+
+import torch
+
+import softmax_ext
+
+MODELS = ("gpt2", "bert", "llama", "vit", "t5", "clip")
+
+
+def build(name: str):
+    """(model, make_batch(generator) -> kwargs) for a small random-init config."""
+    import transformers as tf
+
+    seq, batch = 512, 4
+    common = dict(attn_implementation="eager")
+    if name == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=50257, n_embd=512, n_layer=4, n_head=8, n_positions=seq,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common)
+        model, vocab = tf.GPT2LMHeadModel(cfg), 50257
+    elif name == "bert":
+        cfg = tf.BertConfig(vocab_size=30522, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                            intermediate_size=2048, max_position_embeddings=seq, hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0, **common)
+        model, vocab = tf.BertForMaskedLM(cfg), 30522
+    elif name == "llama":
+        cfg = tf.LlamaConfig(vocab_size=128256, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                             num_key_value_heads=4, intermediate_size=1408, max_position_embeddings=seq, **common)
+        model, vocab = tf.LlamaForCausalLM(cfg), 128256
+    elif name == "t5":
+        cfg = tf.T5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=4, num_heads=8,
+                          dropout_rate=0.0, **common)
+        model, vocab = tf.T5ForConditionalGeneration(cfg), 32128
+    elif name == "vit":
+        cfg = tf.ViTConfig(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, intermediate_size=2048,
+                           num_labels=1000, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **common)
+        model = tf.ViTForImageClassification(cfg)
+
+        def make_vit(g, device):
+            return dict(pixel_values=torch.randn(16, 3, 224, 224, generator=g).to(device),
+                        labels=torch.randint(0, 1000, (16,), generator=g).to(device))
+
+        return model, make_vit
+    elif name == "clip":
+        cfg = tf.CLIPConfig(
+            text_config=dict(vocab_size=49408, hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                             intermediate_size=2048, max_position_embeddings=77),
+            vision_config=dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                               intermediate_size=2048, image_size=224, patch_size=16),
+            **common)
+        model = tf.CLIPModel(cfg)
+
+        def make_clip(g, device):
+            return dict(input_ids=torch.randint(0, 49408, (16, 77), generator=g).to(device),
+                        pixel_values=torch.randn(16, 3, 224, 224, generator=g).to(device), return_loss=True)
+
+        return model, make_clip
+    else:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+    def make_text(g, device):
+        ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
+        labels = ids.clone()
+        if name == "t5":
+            return dict(input_ids=ids, labels=labels[:, : seq // 4])
+        return dict(input_ids=ids, labels=labels)
+
+    return model, make_text
+
+
+@contextlib.contextmanager
+def variant_context(variant: str, model):
+    if variant == "torch":
+        yield model
+        return
+    from softmax_ext.integrations import transformers as sx_transformers
+
+    softmax_ext.patch()
+    if variant == "integration":
+        sx_transformers.apply(model)
+    try:
+        yield model
+    finally:
+        softmax_ext.unpatch()
+        if variant == "integration":
+            sx_transformers.remove(model)
+
+
+def _loss_of(out):
+    return out.loss if hasattr(out, "loss") else out["loss"]
+
+
+def run_case(name, dtype, mode, variant, steps, warmup, device, loss_profile):
+    torch.manual_seed(0)
+    model, make_batch = build(name)
+    model = model.to(device=device, dtype=dtype).train()
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    g = torch.Generator().manual_seed(1)
+    batches = [make_batch(g, device) for _ in range(4)]
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    row = dict(model=name, dtype=str(dtype).replace("torch.", ""), mode=mode, variant=variant)
+    with variant_context(variant, model):
+        fwd = torch.compile(model) if mode == "compiled" else model
+
+        def step(i):
+            opt.zero_grad(set_to_none=True)
+            loss = _loss_of(fwd(**batches[i % len(batches)]))
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        losses, times = [], []
+        torch.cuda.reset_peak_memory_stats()
+        for i in range(warmup + steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = step(i)
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+            losses.append(float(loss))
+        row.update(step_ms=statistics.median(times), step_ms_min=min(times), loss_first=losses[0],
+                   loss_last=losses[-1], peak_mib=torch.cuda.max_memory_allocated() / 2**20)
+        row["losses"] = losses
+        if loss_profile:
+            row["loss_gpu_ms"], row["loss_kernels"] = _loss_gpu_ms(step, warmup + steps)
+    return row
+
+
+_LOSS_KERNEL_MARKS = ("cross_entropy", "nll", "log_softmax", "logsumexp", "crossentropy")
+
+
+def _loss_gpu_ms(step, first, reps=3):
+    """GPU time per step of the kernels that compute the loss (forward and
+    backward), from a profile of `reps` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(reps):
+            step(first + i)
+        torch.cuda.synchronize()
+    total, names = 0.0, set()
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA" and any(m in e.key.lower() for m in _LOSS_KERNEL_MARKS):
+            total += e.device_time_total
+            names.add(e.key[:60])
+    return total / reps / 1e3, ";".join(sorted(names))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--dtypes", default="bfloat16")
+    parser.add_argument("--modes", default="eager,compiled")
+    parser.add_argument("--variants", default="torch,patch,integration")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--loss-profile", action="store_true", help="profile the loss kernels of the llama model")
+    parser.add_argument("--csv", default=None)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 1:
+        parser.error("--steps and --warmup must be at least 1")
+    if not torch.cuda.is_available():
+        print("bench_models needs a CUDA device", file=sys.stderr)
+        return 1
+    device = "cuda"
+    rows = []
+    fields = ["model", "dtype", "mode", "variant", "step_ms", "step_ms_min", "ratio_vs_torch", "loss_first",
+              "loss_last", "max_loss_diff", "peak_mib", "loss_gpu_ms", "loss_kernels", "error"]
+    writer = None
+    if args.csv:
+        f = open(args.csv, "w", newline="")
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+    print(f"training steps on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for name in args.models.split(","):
+        for dtype_name in args.dtypes.split(","):
+            dtype = getattr(torch, dtype_name)
+            for mode in args.modes.split(","):
+                base = None
+                for variant in args.variants.split(","):
+                    torch._dynamo.reset()
+                    try:
+                        row = run_case(name, dtype, mode, variant, args.steps, args.warmup, device,
+                                       args.loss_profile and name == "llama")
+                    except Exception as e:  # noqa: BLE001  (a crash is a result to record)
+                        row = dict(model=name, dtype=dtype_name, mode=mode, variant=variant,
+                                   error=f"{type(e).__name__}: {str(e)[:200]}")
+                        print(f"  {name} {dtype_name} {mode} {variant}: {row['error']}", flush=True)
+                    if variant == "torch":
+                        base = row
+                    if base is not None and "step_ms" in base and "step_ms" in row:
+                        row["ratio_vs_torch"] = row["step_ms"] / base["step_ms"]
+                        row["max_loss_diff"] = max(abs(a - b) for a, b in zip(row["losses"], base["losses"]))
+                    rows.append(row)
+                    if writer:
+                        writer.writerow(row)
+                        f.flush()
+                    if "step_ms" in row:
+                        print(f"  {name:6s} {dtype_name:8s} {mode:8s} {variant:11s} {row['step_ms']:8.2f} ms "
+                              f"loss {row['loss_first']:.4f}->{row['loss_last']:.4f} "
+                              f"peak {row['peak_mib']:.0f} MiB", flush=True)
+    print()
+    print(f"{'model':6s} {'dtype':8s} {'mode':8s} {'variant':11s} {'step ms':>8s} {'x torch':>7s} "
+          f"{'max dloss':>9s} {'peak MiB':>8s} {'loss GPU ms':>11s}")
+    for r in rows:
+        if "step_ms" not in r:
+            print(f"{r['model']:6s} {r['dtype']:8s} {r['mode']:8s} {r['variant']:11s} ERROR {r['error'][:60]}")
+            continue
+        print(f"{r['model']:6s} {r['dtype']:8s} {r['mode']:8s} {r['variant']:11s} {r['step_ms']:8.2f} "
+              f"{r.get('ratio_vs_torch', float('nan')):7.3f} {r.get('max_loss_diff', float('nan')):9.2e} "
+              f"{r['peak_mib']:8.0f} {r.get('loss_gpu_ms', float('nan')):11.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

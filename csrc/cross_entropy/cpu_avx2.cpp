@@ -1,0 +1,10 @@
+// The AVX2 build of the cross-entropy CPU kernels (AVX2 + FMA + F16C).
+
+#include "cpu/isa.h"
+
+#if SOFTMAX_EXT_CPU_X86
+#define CPU_CAPABILITY AVX2
+#define CPU_CAPABILITY_AVX2
+#include "cross_entropy/cpu_isa_build.h"
+#include "cross_entropy/cpu_kernels.h"
+#endif

@@ -1,0 +1,274 @@
+// Op bodies and registration of the fused cross-entropy helpers. The public
+// op softmax_ext::cross_entropy (the SPEC schema) is defined here too; its
+// CompositeImplicitAutograd body is Python (softmax_ext/_cross_entropy.py):
+// it flattens (N, C, d...) / (C) logits to rows and calls the forward helper,
+// which carries the autograd formula.
+//
+//   _cross_entropy_forward(logits (N, C), target (N), weight?, ignore_index,
+//       reduction, label_smoothing, inplace_backward) -> (loss, lse, total_weight)
+//     loss: (N) for "none", () otherwise, in the logits' dtype; lse: (N) and
+//     total_weight: () in float32 (float64 for float64 logits). The
+//     inplace_backward flag only tells the autograd formula which backward
+//     op to call.
+//   _cross_entropy_backward(grad_loss, logits, target, weight?, lse,
+//       total_weight, ignore_index, reduction, label_smoothing) -> grad (N, C)
+//   _cross_entropy_backward_(..., Tensor(a!) logits, ...) -> ()  the same,
+//     written over the logits.
+//   _plan_cross_entropy(logits, backward) -> what softmax_ext.plan shows.
+
+#include "cross_entropy/plan.h"
+
+#include "plan/problem.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+namespace softmax_ext::ce {
+namespace {
+
+constexpr const char* kFwd = "softmax_ext._cross_entropy_forward";
+constexpr const char* kBwd = "softmax_ext._cross_entropy_backward";
+
+Reduction parse_reduction(const char* op, c10::string_view r) {
+  if (r == "mean") return Reduction::Mean;
+  if (r == "sum") return Reduction::Sum;
+  TORCH_CHECK_VALUE(r == "none", op, ": reduction='", std::string(r),
+                    "' is not known; accepted: 'mean', 'sum', 'none'");
+  return Reduction::None;
+}
+
+// Validates the rows-form arguments; returns the logits as the kernels read
+// them (unit class stride).
+at::Tensor check_args(const char* op, const at::Tensor& logits, const at::Tensor& target,
+                      const std::optional<at::Tensor>& weight, double smoothing) {
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(logits.scalar_type()), op, ": logits dtype ",
+                              logits.scalar_type(), " is not supported; ", kAcceptedDtypes);
+  TORCH_CHECK_VALUE(logits.dim() == 2, op, ": logits must be (N, C) here, got shape ", logits.sizes());
+  TORCH_CHECK_NOT_IMPLEMENTED(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, op,
+                              ": target dtype ", target.scalar_type(),
+                              " is not supported; accepted: int64 or int32 class indices");
+  TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == logits.size(0), op, ": target has shape ",
+                    target.sizes(), " but logits have shape ", logits.sizes(), "; expected (", logits.size(0), ")");
+  TORCH_CHECK_VALUE(target.device() == logits.device(), op, ": target is on ", target.device(),
+                    " but logits are on ", logits.device(), "; both must be on one device");
+  TORCH_CHECK_VALUE(logits.size(1) > 0 || logits.size(0) == 0, op, ": logits have no classes (shape ",
+                    logits.sizes(), ")");
+  if (weight.has_value()) {
+    const at::Tensor& w = *weight;
+    TORCH_CHECK_VALUE(w.dim() == 1 && w.size(0) == logits.size(1), op, ": weight has shape ", w.sizes(),
+                      " but there are ", logits.size(1), " classes; expected (", logits.size(1), ")");
+    TORCH_CHECK_VALUE(w.device() == logits.device(), op, ": weight is on ", w.device(), " but logits are on ",
+                      logits.device(), "; both must be on one device");
+    TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(w.scalar_type()), op, ": weight dtype ", w.scalar_type(),
+                                " is not supported; accepted: a floating dtype");
+  }
+  TORCH_CHECK_VALUE(smoothing >= 0.0 && smoothing <= 1.0, op, ": label_smoothing=", smoothing,
+                    " is out of range; accepted: [0.0, 1.0]");
+  if (logits.size(1) > 1 && logits.stride(1) != 1) return logits.contiguous();
+  return logits;
+}
+
+int64_t row_stride_of(const at::Tensor& t) {
+  return t.size(0) > 1 ? t.stride(0) : t.size(1);
+}
+
+CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_weight, int64_t ignore_index,
+                       Reduction reduction, double smoothing) {
+  CeProblem p;
+  p.device_type = x.device().type();
+  p.device_index = x.is_cuda() ? x.device().index() : -1;
+  p.dtype = x.scalar_type();
+  p.target_dtype = target.scalar_type();
+  p.rows = x.size(0);
+  p.classes = x.size(1);
+  p.row_stride = row_stride_of(x);
+  p.grad_row_stride = p.classes;
+  p.reduction = reduction;
+  p.has_weight = has_weight;
+  p.smoothing = smoothing;
+  p.ignore_index = ignore_index;
+  return p;
+}
+
+struct WeightArgs {
+  at::Tensor weight;  // acc dtype, contiguous
+  at::Tensor sum;     // W (only for smoothing with a weight)
+};
+
+WeightArgs weight_args(const std::optional<at::Tensor>& weight, c10::ScalarType acc, double smoothing) {
+  WeightArgs a;
+  if (!weight.has_value()) return a;
+  a.weight = weight->to(acc).contiguous();
+  if (smoothing > 0) a.sum = a.weight.sum();
+  return a;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_in, const at::Tensor& target_in,
+                                                       const std::optional<at::Tensor>& weight,
+                                                       int64_t ignore_index, c10::string_view reduction_name,
+                                                       double smoothing, bool /*inplace_backward*/) {
+  const Reduction reduction = parse_reduction(kFwd, reduction_name);
+  const at::Tensor x = check_args(kFwd, logits_in, target_in, weight, smoothing);
+  const at::Tensor target = target_in.contiguous();
+  const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t n = x.size(0);
+  c10::OptionalDeviceGuard guard(x.device());
+  at::Tensor loss = reduction == Reduction::None ? at::empty({n}, x.options())
+                                                 : at::empty({}, x.options());
+  at::Tensor lse = at::empty({n}, x.options().dtype(acc));
+  at::Tensor total = at::empty({}, x.options().dtype(acc));
+  if (n == 0) {
+    total.zero_();
+    if (reduction != Reduction::None) loss.fill_(reduction == Reduction::Mean ? NAN : 0.0);
+    return {loss, lse, total};
+  }
+  const WeightArgs w = weight_args(weight, acc, smoothing);
+  const CePlan plan = select_ce(make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing),
+                                /*backward=*/false);
+  CeBuffers b;
+  b.logits = x.const_data_ptr();
+  b.target = target.const_data_ptr();
+  b.weight = w.weight.defined() ? w.weight.const_data_ptr() : nullptr;
+  b.weight_sum = w.sum.defined() ? w.sum.const_data_ptr() : nullptr;
+  b.loss = loss.mutable_data_ptr();
+  b.lse = lse.mutable_data_ptr();
+  b.total_weight = total.mutable_data_ptr();
+  const std::string why = can_implement_ce(plan, b, false);
+  TORCH_CHECK_VALUE(why.empty(), kFwd, ": ", why);
+  at::Tensor workspace;
+  if (plan.workspace_bytes > 0) workspace = at::empty({plan.workspace_bytes}, x.options().dtype(at::kByte));
+  run_ce_forward(plan, b, workspace.defined() ? workspace.mutable_data_ptr() : nullptr);
+  return {loss, lse, total};
+}
+
+// Shared by the out-of-place and in-place backward: `grad` is where the
+// gradient goes (a new contiguous tensor, or the logits themselves).
+void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor& x, const at::Tensor& target_in,
+                   const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                   int64_t ignore_index, Reduction reduction, double smoothing, at::Tensor& grad) {
+  const int64_t n = x.size(0);
+  const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(grad_loss.scalar_type()), op, ": grad_loss dtype ",
+                              grad_loss.scalar_type(), " is not supported; accepted: a floating dtype");
+  if (reduction == Reduction::None) {
+    TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == n, op, ": grad_loss has shape ",
+                      grad_loss.sizes(), "; expected (", n, ") for reduction='none'");
+  } else {
+    TORCH_CHECK_VALUE(grad_loss.numel() == 1, op, ": grad_loss has shape ", grad_loss.sizes(),
+                      "; expected one value for reduction='mean' or 'sum'");
+  }
+  TORCH_CHECK_VALUE(lse.dim() == 1 && lse.size(0) == n && lse.scalar_type() == acc, op, ": lse has shape ",
+                    lse.sizes(), " and dtype ", lse.scalar_type(), "; expected (", n, ") of ", acc);
+  TORCH_CHECK_VALUE(total_weight.numel() == 1 && total_weight.scalar_type() == acc, op,
+                    ": total_weight must be one value of ", acc);
+  for (const at::Tensor* t : {&grad_loss, &lse, &total_weight})
+    TORCH_CHECK_VALUE(t->device() == x.device(), op, ": all tensors must be on ", x.device(), ", got one on ",
+                      t->device());
+  if (n == 0 || x.size(1) == 0) return;
+  const at::Tensor target = target_in.contiguous();
+  const at::Tensor g = grad_loss.to(acc).contiguous();
+  const at::Tensor lse_c = lse.contiguous();
+  const WeightArgs w = weight_args(weight, acc, smoothing);
+  c10::OptionalDeviceGuard guard(x.device());
+  CeProblem problem = make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing);
+  problem.grad_row_stride = row_stride_of(grad);
+  const CePlan plan = select_ce(problem, /*backward=*/true);
+  CeBuffers b;
+  b.logits = x.const_data_ptr();
+  b.target = target.const_data_ptr();
+  b.weight = w.weight.defined() ? w.weight.const_data_ptr() : nullptr;
+  b.weight_sum = w.sum.defined() ? w.sum.const_data_ptr() : nullptr;
+  b.lse = const_cast<void*>(lse_c.const_data_ptr());
+  b.total_weight = const_cast<void*>(total_weight.const_data_ptr());
+  b.grad_loss = g.const_data_ptr();
+  b.grad = grad.mutable_data_ptr();
+  const std::string why = can_implement_ce(plan, b, true);
+  TORCH_CHECK_VALUE(why.empty(), op, ": ", why);
+  run_ce_backward(plan, b);
+}
+
+at::Tensor backward(const at::Tensor& grad_loss, const at::Tensor& logits, const at::Tensor& target,
+                    const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                    int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
+  const Reduction reduction = parse_reduction(kBwd, reduction_name);
+  const at::Tensor x = check_args(kBwd, logits, target, weight, smoothing);
+  at::Tensor grad = at::empty(logits.sizes(), logits.options());  // contiguous, as the fake kernel
+  backward_into(kBwd, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+  return grad;
+}
+
+void backward_inplace(const at::Tensor& grad_loss, at::Tensor& logits, const at::Tensor& target,
+                      const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                      int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
+  const char* op = "softmax_ext._cross_entropy_backward_";
+  const Reduction reduction = parse_reduction(op, reduction_name);
+  const at::Tensor x = check_args(op, logits, target, weight, smoothing);
+  if (!x.is_same(logits)) {  // logits not of unit class stride: through a copy
+    at::Tensor grad = at::empty(logits.sizes(), logits.options());
+    backward_into(op, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+    logits.copy_(grad);
+    return;
+  }
+  at::Tensor grad = logits;
+  backward_into(op, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+}
+
+std::tuple<std::string, int64_t, bool, std::string, std::vector<int64_t>> plan_info(const at::Tensor& logits,
+                                                                                    bool backward) {
+  const char* op = "softmax_ext.plan";
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(logits.scalar_type()), op, ": logits dtype ",
+                              logits.scalar_type(), " is not supported; ", kAcceptedDtypes);
+  TORCH_CHECK_INDEX(logits.dim() >= 1, op, ": cross_entropy logits need a class dimension, got a 0-dim tensor");
+  // Rows as the public op forms them: (N, C, d...) -> N * prod(d) rows of C.
+  const int64_t classes = logits.dim() == 1 ? logits.size(0) : logits.size(1);
+  const int64_t rows = classes == 0 ? 0 : logits.numel() / classes;
+  const int64_t stride = logits.dim() == 2 && logits.stride(1) == 1 ? row_stride_of(logits) : classes;
+  CeProblem p;
+  p.device_type = logits.device().type();
+  p.device_index = logits.is_cuda() ? logits.device().index() : -1;
+  p.dtype = logits.scalar_type();
+  p.rows = rows;
+  p.classes = classes;
+  p.row_stride = stride;
+  p.grad_row_stride = classes;
+  const CePlan plan = select_ce(p, backward);
+  const std::string acc = p.acc_dtype() == at::kDouble ? "Double" : "Float";
+  return {plan.kernel, plan.workspace_bytes, true, acc, {rows, classes, stride, 1, 1, rows, stride}};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  m.def("cross_entropy(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
+        "str reduction=\"mean\", float label_smoothing=0.0) -> Tensor",
+        tags);
+  m.def("_cross_entropy_forward(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
+        "str reduction=\"mean\", float label_smoothing=0.0, bool inplace_backward=False) "
+        "-> (Tensor loss, Tensor lse, Tensor total_weight)",
+        tags);
+  m.def("_cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, Tensor? weight, Tensor lse, "
+        "Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> Tensor",
+        tags);
+  m.def("_cross_entropy_backward_(Tensor grad_loss, Tensor(a!) logits, Tensor target, Tensor? weight, "
+        "Tensor lse, Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> ()",
+        tags);
+  m.def("_plan_cross_entropy(Tensor logits, bool backward) -> (str, int, bool, str, int[])", &plan_info);
+}
+
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+  m.impl("_cross_entropy_forward", &forward);
+  m.impl("_cross_entropy_backward", &backward);
+  m.impl("_cross_entropy_backward_", &backward_inplace);
+}
+
+#ifdef SOFTMAX_EXT_WITH_CUDA
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
+  m.impl("_cross_entropy_forward", &forward);
+  m.impl("_cross_entropy_backward", &backward);
+  m.impl("_cross_entropy_backward_", &backward_inplace);
+}
+#endif
+
+}  // namespace softmax_ext::ce

@@ -1,0 +1,118 @@
+// select / can_implement / workspace_size / run of the fused cross-entropy
+// (see cross_entropy/plan.h). One family per device: rows of vocabulary
+// size are what this op is for, and one pass over each row (forward) or one
+// read and one write (backward) is the memory floor on either device.
+
+#include "cross_entropy/plan.h"
+
+#include "plan/problem.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <sstream>
+
+namespace softmax_ext::ce {
+
+namespace {
+const char* reduction_name(Reduction r) {
+  return r == Reduction::None ? "none" : r == Reduction::Mean ? "mean" : "sum";
+}
+}  // namespace
+
+std::string CeProblem::to_string() const {
+  std::ostringstream s;
+  s << "cross_entropy(rows=" << rows << ", classes=" << classes << ", row_stride=" << row_stride
+    << ", dtype=" << dtype << ", reduction=" << reduction_name(reduction) << ", weight=" << has_weight
+    << ", smoothing=" << smoothing << ")";
+  return s.str();
+}
+
+// CUDA: a block per row; each thread keeps four 16-byte loads in flight
+// (cuda_kernels.cu). The forward block ends every row with a block reduction,
+// during which it has no loads in flight: rows of up to 8192 packs (bf16
+// rows up to 65536 classes, f32 up to 32768) take 256 threads, so each
+// thread streams at least ~16 packs per reduction and five blocks share an
+// SM; longer rows take 512. The backward has no reduction and takes 512
+// threads. Rows under 4096 classes take 128 threads so a block is not
+// mostly idle. SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (for
+// A/B measurements in benchmarks/bench_cross_entropy.py).
+static int cuda_threads(const CeProblem& p, bool backward) {
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
+    const int v = std::atoi(env);
+    if (v == 128 || v == 256 || v == 512) return v;
+  }
+  if (p.classes < 4096) return 128;
+  if (backward) return 512;
+  const int64_t packs = p.classes * static_cast<int64_t>(c10::elementSize(p.dtype)) / 16;
+  return packs <= 8192 ? 256 : 512;
+}
+
+CePlan select_ce(const CeProblem& problem, bool backward) {
+  CePlan plan;
+  plan.problem = problem;
+  const std::string tag = dtype_tag(problem.dtype);
+  if (problem.device_type == c10::DeviceType::CUDA) {
+    plan.family = CeFamily::kCudaRows;
+    plan.threads = cuda_threads(problem, backward);
+    plan.kernel = std::string(backward ? "cuda.ce_block_per_row_backward." : "cuda.ce_block_per_row.") + tag;
+  } else {
+    plan.family = CeFamily::kCpuRows;
+    plan.kernel = std::string(backward ? "cpu.ce_rows_backward." : "cpu.ce_rows.") + tag;
+  }
+  plan.workspace_bytes = workspace_size_ce(plan, backward);
+  return plan;
+}
+
+// Forward mean / sum: per-row losses in the accumulator dtype, summed in a
+// fixed order by one small kernel (deterministic, no atomics).
+int64_t workspace_size_ce(const CePlan& plan, bool backward) {
+  const CeProblem& p = plan.problem;
+  if (backward || p.reduction == Reduction::None) return 0;
+  return p.rows * static_cast<int64_t>(c10::elementSize(p.acc_dtype()));
+}
+
+std::string can_implement_ce(const CePlan& plan, const CeBuffers& b, bool backward) {
+  const CeProblem& p = plan.problem;
+  if (p.rows > 0 && p.classes > 0 && b.logits == nullptr) return "logits buffer is missing";
+  if (p.rows > 0 && b.target == nullptr) return "target buffer is missing";
+  if (p.has_weight && b.weight == nullptr) return "weight buffer is missing";
+  if (p.has_weight && p.smoothing > 0 && b.weight_sum == nullptr) return "weight sum buffer is missing";
+  if (p.row_stride < p.classes && p.rows > 1) return "rows overlap (row stride below the class count)";
+  if (backward) {
+    if (b.grad == nullptr || b.grad_loss == nullptr || b.lse == nullptr) return "backward buffers are missing";
+    if (p.reduction == Reduction::Mean && b.total_weight == nullptr) return "total_weight buffer is missing";
+  } else {
+    if (b.loss == nullptr || b.lse == nullptr || b.total_weight == nullptr) return "forward outputs are missing";
+  }
+  return {};
+}
+
+void run_ce_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace) {
+  if (plan.family == CeFamily::kCudaRows) {
+#ifdef SOFTMAX_EXT_WITH_CUDA
+    return cuda_forward(plan, buffers, workspace);
+#else
+    TORCH_INTERNAL_ASSERT(false, "softmax_ext.cross_entropy: this build has no CUDA kernels");
+#endif
+  }
+  int64_t bad = 0;
+  TORCH_CHECK_INDEX(cpu_forward(plan, buffers, workspace, bad), "softmax_ext.cross_entropy: target ", bad,
+                    " is out of bounds for ", plan.problem.classes, " classes (expected a class index in [0, ",
+                    plan.problem.classes, ") or ignore_index=", plan.problem.ignore_index, ")");
+}
+
+void run_ce_backward(const CePlan& plan, const CeBuffers& buffers) {
+  if (plan.family == CeFamily::kCudaRows) {
+#ifdef SOFTMAX_EXT_WITH_CUDA
+    return cuda_backward(plan, buffers);
+#else
+    TORCH_INTERNAL_ASSERT(false, "softmax_ext.cross_entropy: this build has no CUDA kernels");
+#endif
+  }
+  int64_t bad = 0;
+  TORCH_CHECK_INDEX(cpu_backward(plan, buffers, bad), "softmax_ext.cross_entropy backward: target ", bad,
+                    " is out of bounds for ", plan.problem.classes, " classes");
+}
+
+}  // namespace softmax_ext::ce

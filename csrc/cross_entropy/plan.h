@@ -1,0 +1,101 @@
+// The fused cross-entropy on the plan design (see plan/plan.h):
+//
+//   describe_ce()       logits (N, C) with unit class stride -> CeProblem
+//   select_ce()         CeProblem -> CePlan (kernel name, launch shape)
+//   can_implement_ce()  checks the concrete buffers against the plan
+//   workspace_size_ce() bytes of scratch (the per-row losses of mean / sum)
+//   run_ce_*()          launches (CUDA: on the current stream, no sync)
+//
+// The op layer (ops.cpp) flattens (N, C, d...) logits to rows of C classes
+// before it gets here, so every kernel sees rows x classes with unit class
+// stride and any row stride.
+//
+// Per row i with target t (w = weight or ones, W = sum(w), eps = smoothing):
+//   loss_i = (1 - eps) * w_t * (lse_i - x_t) + eps / C * (W * lse_i - sum_c w_c x_c)
+//   (torch's cross_entropy_loss_label_smoothing; 0 for ignored rows)
+//   dx_ic  = s_i * [(1 - eps) * w_t * (p_ic - [c == t]) + eps / C * (W * p_ic - w_c)]
+//   with p_ic = exp(x_ic - lse_i) and s_i = grad_loss (none: per row; sum:
+//   the scalar; mean: the scalar / total_weight), 0 for ignored rows.
+#pragma once
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace softmax_ext::ce {
+
+enum class Reduction : uint8_t { None, Mean, Sum };
+
+struct CeProblem {
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  int device_index = -1;
+  c10::ScalarType dtype = c10::ScalarType::Float;          // logits (and loss, gradient)
+  c10::ScalarType target_dtype = c10::ScalarType::Long;    // int64 or int32
+  int64_t rows = 0;        // N (after flattening)
+  int64_t classes = 0;     // C
+  int64_t row_stride = 0;       // of the logits, in elements
+  int64_t grad_row_stride = 0;  // of the gradient (the logits' own when in place)
+  Reduction reduction = Reduction::Mean;
+  bool has_weight = false;
+  double smoothing = 0.0;
+  int64_t ignore_index = -100;
+
+  c10::ScalarType acc_dtype() const {
+    return dtype == c10::ScalarType::Double ? c10::ScalarType::Double : c10::ScalarType::Float;
+  }
+  std::string to_string() const;
+};
+
+enum class CeFamily : uint8_t {
+  kCpuRows,   // at::parallel_for over rows, Vectorized max / exp-sum / gradient
+  kCudaRows,  // a block per row, 16-byte vector loads, one pass (online max / sum)
+};
+
+struct CePlan {
+  CeProblem problem;
+  CeFamily family = CeFamily::kCpuRows;
+  std::string kernel;      // stable name, e.g. "cuda.ce_block_per_row.bf16"
+  int threads = 0;         // CUDA: threads per block
+  int64_t workspace_bytes = 0;
+};
+
+// Raw pointers of one call. Forward: logits, target, weight (acc dtype or
+// null), weight_sum (W, acc dtype, 0-dim, or null when no smoothing with a
+// weight) -> loss (none: N values of the logits' dtype; mean/sum: one),
+// lse (N, acc dtype), total_weight (one, acc dtype).
+// Backward additionally reads grad_loss (acc dtype; N values for none, one
+// otherwise), lse and total_weight, and writes grad (row stride as logits;
+// may be the logits themselves).
+struct CeBuffers {
+  const void* logits = nullptr;
+  const void* target = nullptr;
+  const void* weight = nullptr;
+  const void* weight_sum = nullptr;
+  void* loss = nullptr;
+  void* lse = nullptr;
+  void* total_weight = nullptr;
+  const void* grad_loss = nullptr;
+  void* grad = nullptr;
+};
+
+CePlan select_ce(const CeProblem& problem, bool backward);
+// Empty string when the buffers fit the plan, else what is wrong.
+std::string can_implement_ce(const CePlan& plan, const CeBuffers& buffers, bool backward);
+int64_t workspace_size_ce(const CePlan& plan, bool backward);
+void run_ce_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace);
+void run_ce_backward(const CePlan& plan, const CeBuffers& buffers);
+
+// Device kernels (cpu_kernels.cpp / cuda_kernels.cu). The CPU forward
+// reports the first out-of-range target through `bad_target` (its value)
+// and returns false, writing nothing useful.
+bool cpu_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace, int64_t& bad_target);
+bool cpu_backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_target);
+#ifdef SOFTMAX_EXT_WITH_CUDA
+void cuda_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace);
+void cuda_backward(const CePlan& plan, const CeBuffers& buffers);
+int cuda_sm_count(int device);
+#endif
+
+}  // namespace softmax_ext::ce

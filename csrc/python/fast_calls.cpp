@@ -1,0 +1,122 @@
+// Direct Python entry points of the four softmax ops, for eager calls.
+//
+// softmax_ext.softmax(x) on a plain tensor outside torch.compile calls
+// _C._softmax(x, dim, dtype): one CPython call with positional arguments,
+// then the op through the dispatcher (autograd, the device kernel), as
+// torch.softmax's own binding does. The generic torch.ops call path parses
+// the arguments against the schema at run time, which costs a few
+// microseconds a call. Everything else (tensor subclasses, torch function
+// modes, tracing) keeps going through torch.ops (softmax_ext/_ops.py).
+
+#include "python/fast_calls.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace softmax_ext::python {
+namespace {
+
+using ForwardSig = at::Tensor(const at::Tensor&, int64_t, std::optional<c10::ScalarType>);
+using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+// Each check raises a TypeError worded like torch's own bindings and returns
+// false; true when the argument has the type asked for.
+bool tensor_arg(const char* op, const char* name, PyObject* obj) {
+  if (THPVariable_Check(obj)) return true;
+  PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be Tensor, not %s", op, name, Py_TYPE(obj)->tp_name);
+  return false;
+}
+
+bool int_arg(const char* op, const char* name, PyObject* obj, int64_t& value) {
+  if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj))) {
+    value = PyLong_AsLongLong(obj);
+    return !(value == -1 && PyErr_Occurred());
+  }
+  PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %s", op, name, Py_TYPE(obj)->tp_name);
+  return false;
+}
+
+bool dtype_arg(const char* op, PyObject* obj, std::optional<c10::ScalarType>& dtype) {
+  if (obj == Py_None) return true;
+  if (THPDtype_Check(obj)) {
+    dtype = reinterpret_cast<THPDtype*>(obj)->scalar_type;
+    return true;
+  }
+  PyErr_Format(PyExc_TypeError, "%s(): argument 'dtype' must be torch.dtype, not %s", op, Py_TYPE(obj)->tp_name);
+  return false;
+}
+
+bool arg_count(const char* op, Py_ssize_t nargs, Py_ssize_t expected) {
+  if (nargs == expected) return true;
+  PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments but %zd were given", op, expected, nargs);
+  return false;
+}
+
+// (x, dim, dtype) -> y
+template <bool kLog>
+PyObject* forward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* op = kLog ? "softmax_ext.log_softmax" : "softmax_ext.softmax";
+  int64_t dim = 0;
+  std::optional<c10::ScalarType> dtype;
+  if (!arg_count(op, nargs, 3) || !tensor_arg(op, "x", args[0]) || !int_arg(op, "dim", args[1], dim) ||
+      !dtype_arg(op, args[2], dtype))
+    return nullptr;
+  static const auto handle = find_op<ForwardSig>(kLog ? "softmax_ext::log_softmax" : "softmax_ext::softmax");
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  at::Tensor y;
+  {
+    pybind11::gil_scoped_release no_gil;
+    y = handle.call(x, dim, dtype);
+  }
+  return THPVariable_Wrap(std::move(y));
+  END_HANDLE_TH_ERRORS
+}
+
+// (grad_output, output, dim) -> grad_input
+template <bool kLog>
+PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* op = kLog ? "softmax_ext.log_softmax_backward" : "softmax_ext.softmax_backward";
+  int64_t dim = 0;
+  if (!arg_count(op, nargs, 3) || !tensor_arg(op, "grad_output", args[0]) || !tensor_arg(op, "output", args[1]) ||
+      !int_arg(op, "dim", args[2], dim))
+    return nullptr;
+  static const auto handle =
+      find_op<BackwardSig>(kLog ? "softmax_ext::log_softmax_backward" : "softmax_ext::softmax_backward");
+  const at::Tensor& dy = THPVariable_Unpack(args[0]);
+  const at::Tensor& y = THPVariable_Unpack(args[1]);
+  at::Tensor dx;
+  {
+    pybind11::gil_scoped_release no_gil;
+    dx = handle.call(dy, y, dim);
+  }
+  return THPVariable_Wrap(std::move(dx));
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef kMethods[] = {
+    {"_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward<false>)), METH_FASTCALL,
+     "softmax(x, dim, dtype) through the dispatcher (eager fast path of softmax_ext.softmax)"},
+    {"_log_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward<true>)), METH_FASTCALL,
+     "log_softmax(x, dim, dtype) through the dispatcher"},
+    {"_softmax_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&backward<false>)),
+     METH_FASTCALL, "softmax_backward(grad_output, output, dim) through the dispatcher"},
+    {"_log_softmax_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&backward<true>)),
+     METH_FASTCALL, "log_softmax_backward(grad_output, output, dim) through the dispatcher"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+PyMethodDef* methods() { return kMethods; }
+
+}  // namespace softmax_ext::python

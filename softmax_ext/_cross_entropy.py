@@ -1,0 +1,194 @@
+"""The fused cross-entropy: Python side of softmax_ext.cross_entropy.
+
+- The public op torch.ops.softmax_ext.cross_entropy (SPEC schema) gets a
+  CompositeImplicitAutograd body here: it validates the call like
+  F.cross_entropy, flattens (N, C, d...) or (C) logits to rows of C classes
+  and calls the forward helper op, so autograd, fake tensors and
+  torch.compile all go through the helper ops.
+- _cross_entropy_forward carries the autograd formula (its backward is
+  _cross_entropy_backward, or the in-place _cross_entropy_backward_ that
+  writes the gradient over the logits when the caller asked for it).
+- Fake kernels of every helper op (shapes, dtypes and strides as the C++
+  bodies in csrc/cross_entropy/ops.cpp give them).
+"""
+
+from typing import Optional
+
+import torch
+
+_ops = torch.ops.softmax_ext
+_SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_ACCEPTED = "accepted: float32, float16, bfloat16, float64"
+_REDUCTIONS = ("mean", "sum", "none")
+_OP = "softmax_ext.cross_entropy"
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check(logits, target, weight, reduction, label_smoothing):
+    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise TypeError(f"{_OP}: logits and target must be tensors")
+    if logits.dtype not in _SUPPORTED:
+        raise NotImplementedError(f"{_OP}: logits dtype {logits.dtype} is not supported; {_ACCEPTED}")
+    if target.is_floating_point():
+        raise NotImplementedError(
+            f"{_OP}: probability (soft) targets are not supported; target must hold class indices (int64)"
+        )
+    if target.dtype not in (torch.int64, torch.int32):
+        raise NotImplementedError(f"{_OP}: target dtype {target.dtype} is not supported; accepted: int64, int32")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{_OP}: reduction={reduction!r} is not known; accepted: 'mean', 'sum', 'none'")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{_OP}: label_smoothing={label_smoothing} is out of range; accepted: [0.0, 1.0]")
+    if target.device != logits.device:
+        raise ValueError(f"{_OP}: target is on {target.device} but logits are on {logits.device}")
+    if logits.dim() == 0:
+        raise ValueError(f"{_OP}: logits must have a class dimension, got a 0-dim tensor")
+    if logits.dim() == 1:
+        if target.dim() != 0:
+            raise ValueError(
+                f"{_OP}: logits of shape {tuple(logits.shape)} (one sample) need a 0-dim target, "
+                f"got shape {tuple(target.shape)}"
+            )
+    else:
+        expected = (logits.shape[0],) + tuple(logits.shape[2:])
+        if tuple(target.shape) != expected:
+            raise ValueError(
+                f"{_OP}: target has shape {tuple(target.shape)} but logits have shape {tuple(logits.shape)}; "
+                f"expected target shape {expected}"
+            )
+    classes = logits.shape[0] if logits.dim() == 1 else logits.shape[1]
+    if weight is not None:
+        if weight.dim() != 1 or weight.shape[0] != classes:
+            raise ValueError(
+                f"{_OP}: weight has shape {tuple(weight.shape)} but there are {classes} classes; "
+                f"expected ({classes},)"
+            )
+        if weight.device != logits.device:
+            raise ValueError(f"{_OP}: weight is on {weight.device} but logits are on {logits.device}")
+    return classes
+
+
+def _cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    inplace_backward: bool = False,
+) -> torch.Tensor:
+    classes = _check(logits, target, weight, reduction, label_smoothing)
+    if logits.dim() == 1:
+        rows, tgt = logits.unsqueeze(0), target.reshape(1)
+    elif logits.dim() == 2:
+        rows, tgt = logits, target
+    else:  # (N, C, d...): the class axis last, then rows of C
+        rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)
+        inplace_backward = False  # the rows are a copy; nothing to save
+    loss, _lse, _total = _ops._cross_entropy_forward.default(
+        rows, tgt, weight, ignore_index, reduction, float(label_smoothing), inplace_backward
+    )
+    if reduction == "none" and logits.dim() != 2:
+        loss = loss.reshape(target.shape)
+    return loss
+
+
+def _composite(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    return _cross_entropy(logits, target, weight, ignore_index, reduction, label_smoothing, False)
+
+
+torch.library.impl("softmax_ext::cross_entropy", "CompositeImplicitAutograd")(_composite)
+
+
+# --- fake kernels -----------------------------------------------------------
+
+
+def _fake_check(op, logits, target, weight, reduction):
+    if logits.dtype not in _SUPPORTED:
+        raise NotImplementedError(f"{op}: logits dtype {logits.dtype} is not supported; {_ACCEPTED}")
+    if logits.dim() != 2:
+        raise ValueError(f"{op}: logits must be (N, C) here, got shape {tuple(logits.shape)}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise NotImplementedError(f"{op}: target dtype {target.dtype} is not supported; accepted: int64, int32")
+    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
+        raise ValueError(f"{op}: target has shape {tuple(target.shape)} but logits have shape {tuple(logits.shape)}")
+    if weight is not None and (weight.dim() != 1 or weight.shape[0] != logits.shape[1]):
+        raise ValueError(f"{op}: weight has shape {tuple(weight.shape)}; expected ({logits.shape[1]},)")
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"{op}: reduction={reduction!r} is not known; accepted: 'mean', 'sum', 'none'")
+
+
+@torch.library.register_fake("softmax_ext::_cross_entropy_forward")
+def _forward_fake(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  inplace_backward=False):
+    _fake_check("softmax_ext._cross_entropy_forward", logits, target, weight, reduction)
+    n = logits.shape[0]
+    loss = logits.new_empty((n,) if reduction == "none" else ())
+    acc = _acc(logits.dtype)
+    return loss, logits.new_empty((n,), dtype=acc), logits.new_empty((), dtype=acc)
+
+
+@torch.library.register_fake("softmax_ext::_cross_entropy_backward")
+def _backward_fake(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction, label_smoothing):
+    _fake_check("softmax_ext._cross_entropy_backward", logits, target, weight, reduction)
+    return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+
+
+@torch.library.register_fake("softmax_ext::_cross_entropy_backward_")
+def _backward_inplace_fake(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
+                           label_smoothing):
+    _fake_check("softmax_ext._cross_entropy_backward_", logits, target, weight, reduction)
+
+
+# --- autograd ---------------------------------------------------------------
+
+
+def _setup(ctx, inputs, output):
+    logits, target, weight, ignore_index, reduction, label_smoothing, inplace = inputs
+    _loss, lse, total = output
+    ctx.args = (ignore_index, reduction, label_smoothing)
+    ctx.inplace = inplace
+    ctx.save_for_backward(logits, target, weight, lse, total)
+
+
+def _backward(ctx, grad_loss, _grad_lse, _grad_total):
+    if not ctx.needs_input_grad[0]:
+        return None, None, None, None, None, None, None
+    logits, target, weight, lse, total = ctx.saved_tensors
+    if ctx.inplace:
+        # The caller gave the logits up: the gradient is written over them
+        # (no (N, C) buffer). Any other user of these logits sees the change.
+        _ops._cross_entropy_backward_.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
+        grad = logits
+    else:
+        grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
+    return grad, None, None, None, None, None, None
+
+
+torch.library.register_autograd("softmax_ext::_cross_entropy_forward", _backward, setup_context=_setup)
+
+
+def cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    weight: Optional[torch.Tensor] = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    *,
+    inplace_backward: bool = False,
+) -> torch.Tensor:
+    """F.cross_entropy with class-index targets, fused: log-softmax and the
+    gather in one pass over the logits (float32 math inside; the loss in the
+    logits' dtype), backward in one read and one write.
+
+    inplace_backward=True writes the gradient over `logits` in the backward
+    pass (no (N, C) gradient buffer), for callers that no longer need the
+    logits after the loss; under torch.compile it is ignored (the traced
+    graph keeps the out-of-place op)."""
+    if inplace_backward and torch.compiler.is_compiling():
+        inplace_backward = False
+    return _cross_entropy(logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward)

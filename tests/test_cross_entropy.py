@@ -1,0 +1,363 @@
+"""softmax_ext.cross_entropy against F.cross_entropy computed in float64:
+every reduction, class weights, ignore_index (all rows ignored included),
+label smoothing, (N, C, d...) and (C) shapes, each dtype; gradients
+(gradcheck in float64, the true class of a confident prediction), the
+in-place backward, opcheck of every op, torch.compile (fullgraph, dynamic),
+determinism, errors, nn.CrossEntropyLoss and plan(). CUDA tests take
+vocabulary-sized rows, CUDA-graph capture and inductor."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import softmax_ext
+from conftest import DEVICES, requires_cuda
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+# Loss and gradient tolerances (relative to the largest reference value):
+# one rounding to the dtype plus float32 accumulation.
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-10}
+CONFIGS = {
+    "plain": dict(),
+    "weight": dict(weight=True),
+    "smooth": dict(label_smoothing=0.1),
+    "all": dict(weight=True, label_smoothing=0.25, ignore=True),
+}
+
+
+def _gen(seed):
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def _inputs(n, c, dtype, device, seed=0, ignore=False, weight=False, extra=(), scale=3.0):
+    g = _gen(seed)
+    x = (torch.randn((n, c) + tuple(extra), generator=g, dtype=torch.float64) * scale).to(dtype)
+    t = torch.randint(0, c, (n,) + tuple(extra), generator=g)
+    if ignore:
+        t[torch.rand(t.shape, generator=g) < 0.3] = -100
+    w = torch.rand(c, generator=g, dtype=torch.float64) + 0.5 if weight else None
+    return x.to(device), t.to(device), (w.to(device).to(dtype) if w is not None else None)
+
+
+def _reference(x, t, w, reduction, smoothing, ignore_index=-100):
+    """F.cross_entropy in float64 with its gradient (of sum(loss * g))."""
+    x64 = x.detach().to(torch.float64).requires_grad_(True)
+    w64 = w.to(torch.float64) if w is not None else None
+    loss = F.cross_entropy(x64, t, weight=w64, ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=smoothing)
+    return x64, loss
+
+
+def _assert_close(got, ref, dtype, what):
+    assert got.dtype == dtype, f"{what}: dtype {got.dtype}, expected {dtype}"
+    got64, ref64 = got.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
+    assert got64.shape == ref64.shape, f"{what}: shape {tuple(got64.shape)} vs {tuple(ref64.shape)}"
+    scale = ref64.nan_to_num().abs().max().item() if ref64.numel() else 1.0
+    torch.testing.assert_close(got64, ref64, rtol=TOL[dtype], atol=TOL[dtype] * max(scale, 1e-30) + 1e-30,
+                               equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def _check(x, t, w, reduction, smoothing, dtype, what, ignore_index=-100):
+    x_ours = x.detach().clone().requires_grad_(True)
+    loss = softmax_ext.cross_entropy(x_ours, t, w, ignore_index, reduction, smoothing)
+    x64, ref = _reference(x, t, w, reduction, smoothing, ignore_index)
+    _assert_close(loss, ref, dtype, f"{what} loss")
+    g = torch.randn(ref.shape, generator=_gen(7), dtype=torch.float64).to(ref.device)
+    ref.backward(g)
+    loss.backward(g.to(loss.device, loss.dtype))
+    _assert_close(x_ours.grad, x64.grad, dtype, f"{what} grad")
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_torch(dtype, reduction, config):
+    cfg = CONFIGS[config]
+    x, t, w = _inputs(13, 37, dtype, "cpu", seed=1, ignore=cfg.get("ignore", False), weight=cfg.get("weight", False))
+    _check(x, t, w, reduction, cfg.get("label_smoothing", 0.0), dtype, f"{dtype} {reduction} {config}")
+
+
+@pytest.mark.parametrize("shape", [(4, 7, 3), (2, 5, 3, 2), (0, 4)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_shapes(shape, reduction):
+    n, c, extra = shape[0], shape[1], shape[2:]
+    x, t, w = _inputs(n, c, torch.float32, "cpu", seed=2, ignore=True, weight=True, extra=extra)
+    _check(x, t, w, reduction, 0.1, torch.float32, f"{shape} {reduction}")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_one_sample_0dim_target(reduction):
+    x = torch.randn(11, dtype=torch.float64)
+    t = torch.tensor(4)
+    _check(x, t, None, reduction, 0.2, torch.float64, f"(C,) {reduction}")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_all_ignored(reduction):
+    x, t, _ = _inputs(6, 9, torch.float32, "cpu", seed=3)
+    t[:] = 3
+    x_ours = x.clone().requires_grad_(True)
+    loss = softmax_ext.cross_entropy(x_ours, t, ignore_index=3, reduction=reduction)
+    ref = F.cross_entropy(x.double(), t, ignore_index=3, reduction=reduction)
+    if reduction == "mean":
+        assert torch.isnan(loss) and torch.isnan(ref)
+    else:
+        _assert_close(loss, ref, torch.float32, "all ignored")
+    (loss.nansum() if reduction == "mean" else loss.sum()).backward()
+    assert torch.count_nonzero(x_ours.grad) == 0
+
+
+def test_vocab_rows_misaligned_and_strided():
+    """Rows of vocabulary size, starting off 16-byte boundaries (a sliced
+    class range) and with a row stride above C: head / body / tail paths."""
+    for dtype in (torch.float32, torch.bfloat16):
+        big, t, _ = _inputs(5, 32003, dtype, "cpu", seed=4, ignore=True)
+        x = big[:, 1:32002]  # C = 32001, rows start 1 element past the boundary
+        t = t.clamp(max=32000)
+        t[0] = -100
+        _check(x, t, None, "mean", 0.05, dtype, f"{dtype} sliced vocab")
+
+
+def test_confident_prediction_keeps_gradient():
+    """p_t close to 1 in bf16: the true-class gradient p_t - 1 is tiny but not
+    zero (computed in float32 before the one rounding)."""
+    # 1 - p_t = 999 e^-14 = 8.3e-4: below half a bf16 ulp under 1 (2^-9), so
+    # a p_t rounded to bf16 first would give a zero gradient.
+    x = torch.zeros(4, 1000, dtype=torch.bfloat16)
+    t = torch.tensor([1, 2, 3, 4])
+    x[torch.arange(4), t] = 14.0
+    xg = x.clone().requires_grad_(True)
+    softmax_ext.cross_entropy(xg, t, reduction="sum").backward()
+    x64, ref = _reference(x, t, None, "sum", 0.0)
+    ref.backward()
+    got = xg.grad[torch.arange(4), t].double()
+    want = x64.grad[torch.arange(4), t]
+    assert (want < 0).all() and (got < 0).all(), (got, want)
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=0)
+
+
+def test_gradcheck_float64():
+    x, t, w = _inputs(5, 6, torch.float64, "cpu", seed=5, ignore=True, weight=True)
+    for reduction in ("mean", "sum", "none"):
+        def f(x_):
+            return softmax_ext.cross_entropy(x_, t, w, -100, reduction, 0.3)
+
+        assert torch.autograd.gradcheck(f, (x.clone().requires_grad_(True),))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inplace_backward(device):
+    x, t, w = _inputs(8, 300, torch.float32, device, seed=6, ignore=True, weight=True)
+    a = x.clone().requires_grad_(True)
+    softmax_ext.cross_entropy(a, t, w, label_smoothing=0.1).backward()
+    leaf = x.clone().requires_grad_(True)
+    logits = leaf * 1.0  # a non-leaf the caller gives up
+    ptr = logits.data_ptr()
+    softmax_ext.cross_entropy(logits, t, w, label_smoothing=0.1, inplace_backward=True).backward()
+    torch.testing.assert_close(leaf.grad, a.grad, rtol=0, atol=0)
+    assert logits.data_ptr() == ptr
+    torch.testing.assert_close(logits.detach(), a.grad, rtol=0, atol=0)  # the gradient sits in the logits
+    m = softmax_ext.nn.CrossEntropyLoss(inplace_backward=True)
+    assert m.inplace_backward and "inplace_backward=True" in repr(m)
+
+
+def test_module_matches_torch():
+    x, t, w = _inputs(9, 17, torch.float32, "cpu", seed=8, ignore=True, weight=True)
+    ours = softmax_ext.nn.CrossEntropyLoss(weight=w, ignore_index=-100, reduction="sum", label_smoothing=0.1)
+    ref = torch.nn.CrossEntropyLoss(weight=w.double(), reduction="sum", label_smoothing=0.1)
+    _assert_close(ours(x, t), ref(x.double(), t), torch.float32, "module")
+
+
+def test_int32_target():
+    x, t, _ = _inputs(7, 10, torch.float32, "cpu", seed=9)
+    _assert_close(softmax_ext.cross_entropy(x, t.int()), F.cross_entropy(x.double(), t), torch.float32, "int32")
+
+
+def test_deterministic():
+    x, t, w = _inputs(64, 999, torch.float32, "cpu", seed=10, ignore=True, weight=True)
+    outs = []
+    for _ in range(2):
+        xg = x.clone().requires_grad_(True)
+        loss = softmax_ext.cross_entropy(xg, t, w, label_smoothing=0.1)
+        loss.backward()
+        outs.append((loss, xg.grad))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+def test_errors():
+    x, t, _ = _inputs(4, 5, torch.float32, "cpu", seed=11)
+    ce = softmax_ext.cross_entropy
+    with pytest.raises(IndexError, match="out of bounds"):
+        ce(x, torch.tensor([0, 1, 5, 2]))
+    with pytest.raises(IndexError, match="out of bounds"):
+        ce(x, torch.tensor([0, -1, 2, 2]))
+    with pytest.raises(ValueError, match="target has shape"):
+        ce(x, t[:3])
+    with pytest.raises(ValueError, match="weight has shape"):
+        ce(x, t, weight=torch.ones(4))
+    with pytest.raises(ValueError, match="reduction"):
+        ce(x, t, reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        ce(x, t, label_smoothing=1.5)
+    with pytest.raises(NotImplementedError, match="soft"):
+        ce(x, torch.softmax(x, 1))
+    with pytest.raises(NotImplementedError, match="logits dtype"):
+        ce(x.int(), t)
+    with pytest.raises(ValueError, match="0-dim target"):
+        ce(x[0], t)
+    with pytest.raises(ValueError, match="0-dim"):
+        ce(x[0, 0], t[0])
+    with pytest.raises(ValueError, match="target has shape"):
+        torch.ops.softmax_ext._cross_entropy_forward(x, t[:2])
+
+
+def _opcheck_samples(device):
+    x, t, w = _inputs(6, 40, torch.float32, device, seed=12, ignore=True, weight=True)
+    xb, tb, _ = _inputs(3, 24, torch.bfloat16, device, seed=13)
+    out = []
+    for red in ("mean", "sum", "none"):
+        out.append(((x.clone().requires_grad_(True), t, w, -100, red, 0.1, False), red))
+    out.append(((xb.clone().requires_grad_(True), tb, None, -100, "mean", 0.0, False), "bf16"))
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    ops = torch.ops.softmax_ext
+    for args, _ in _opcheck_samples(device):
+        torch.library.opcheck(ops._cross_entropy_forward.default, args)
+        torch.library.opcheck(ops.cross_entropy.default, args[:6])
+        x, t, w, ii, red, ls, _ = args
+        loss, lse, total = ops._cross_entropy_forward.default(x.detach(), t, w, ii, red, ls)
+        g = torch.rand_like(loss)
+        bargs = (g, x.detach(), t, w, lse, total, ii, red, ls)
+        torch.library.opcheck(ops._cross_entropy_backward.default, bargs)
+        torch.library.opcheck(ops._cross_entropy_backward_.default, (g, x.detach().clone()) + bargs[2:])
+        # A gradient of another dtype (a traced backward may hand one over).
+        torch.library.opcheck(ops._cross_entropy_backward.default, (g.double(),) + bargs[1:])
+
+
+def _loss_fn(x, t, w):
+    return softmax_ext.cross_entropy(x * 2.0, t, w, label_smoothing=0.1) + softmax_ext.cross_entropy(
+        x, t, reduction="none"
+    ).sum()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(dynamic):
+    torch._dynamo.reset()
+    x, t, w = _inputs(8, 33, torch.float32, "cpu", seed=14, ignore=True, weight=True)
+    xe = x.clone().requires_grad_(True)
+    _loss_fn(xe, t, w).backward()
+    fn = torch.compile(_loss_fn, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    for n in (8, 5):
+        xc = x[:n].clone().requires_grad_(True)
+        loss = fn(xc, t[:n], w)
+        loss.backward()
+        xr = x[:n].clone().requires_grad_(True)
+        ref = _loss_fn(xr, t[:n], w)
+        ref.backward()
+        torch.testing.assert_close(loss, ref)
+        torch.testing.assert_close(xc.grad, xr.grad)
+    torch._dynamo.reset()
+
+
+def test_plan():
+    x = torch.randn(6, 50, dtype=torch.bfloat16)
+    p = softmax_ext.plan(x, kind="cross_entropy")
+    assert p.kernel == "cpu.ce_rows.bf16" and p.deterministic and p.accumulator == torch.float32
+    assert (p.problem.rows, p.problem.axis_size) == (6, 50)
+    assert softmax_ext.plan(x, kind="cross_entropy", backward=True).kernel == "cpu.ce_rows_backward.bf16"
+    assert softmax_ext.plan(torch.randn(2, 7, 3, 4), kind="cross_entropy").problem.rows == 24
+
+
+# --- CUDA -------------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("classes", [1000, 32000, 50257])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_vocab_rows(dtype, classes):
+    x, t, w = _inputs(24, classes, dtype, "cuda", seed=20, ignore=True, weight=True)
+    for reduction, weight, smoothing in (("mean", None, 0.0), ("none", w, 0.1), ("sum", None, 0.2)):
+        _check(x, t, weight, reduction, smoothing, dtype, f"cuda {dtype} C={classes} {reduction}")
+
+
+@requires_cuda
+def test_cuda_misaligned_and_inplace():
+    big, t, _ = _inputs(9, 50259, torch.bfloat16, "cuda", seed=21, ignore=True)
+    x = big[:, 1:50258]
+    t = t.clamp(max=50256)
+    _check(x, t, None, "mean", 0.0, torch.bfloat16, "cuda sliced")
+    a = x.clone().requires_grad_(True)
+    softmax_ext.cross_entropy(a, t).backward()
+    logits = x.clone().requires_grad_(True) * 1.0
+    softmax_ext.cross_entropy(logits, t, inplace_backward=True).backward()
+    assert torch.equal(logits.detach(), a.grad)
+
+
+@requires_cuda
+def test_cuda_deterministic_and_graph_capture():
+    x, t, w = _inputs(512, 32000, torch.bfloat16, "cuda", seed=22, ignore=True, weight=True)
+    xg = x.clone().requires_grad_(True)
+    loss = softmax_ext.cross_entropy(xg, t, w, label_smoothing=0.1)
+    loss.backward()
+    for _ in range(3):
+        xh = x.clone().requires_grad_(True)
+        l2 = softmax_ext.cross_entropy(xh, t, w, label_smoothing=0.1)
+        l2.backward()
+        assert torch.equal(loss, l2) and torch.equal(xg.grad, xh.grad)
+    # Capture forward + backward in a CUDA graph (no host synchronisation).
+    static_x = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            xs = static_x.clone().requires_grad_(True)
+            softmax_ext.cross_entropy(xs, t, w, label_smoothing=0.1).backward()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        xs = static_x.requires_grad_(True)
+        out = softmax_ext.cross_entropy(xs, t, w, label_smoothing=0.1)
+        (gx,) = torch.autograd.grad(out, xs)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, loss) and torch.equal(gx, xg.grad)
+
+
+@requires_cuda
+def test_cuda_compile_inductor():
+    torch._dynamo.reset()
+    x, t, w = _inputs(64, 4096, torch.bfloat16, "cuda", seed=23, ignore=True, weight=True)
+    xe = x.clone().requires_grad_(True)
+    _loss_fn(xe, t, w).backward()
+    fn = torch.compile(_loss_fn, fullgraph=True)
+    xc = x.clone().requires_grad_(True)
+    loss = fn(xc, t, w)
+    loss.backward()
+    torch.testing.assert_close(loss, _loss_fn(x, t, w))
+    torch.testing.assert_close(xc.grad, xe.grad)
+    torch._dynamo.reset()
+
+
+@requires_cuda
+def test_cuda_plan():
+    x = torch.randn(4, 32000, device="cuda", dtype=torch.bfloat16)
+    assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.bf16"
+
+
+@requires_cuda
+def test_cuda_all_ignored_shapes_int32():
+    x, t, w = _inputs(4, 5000, torch.float32, "cuda", seed=24, extra=(3,), weight=True)
+    _check(x, t, w, "mean", 0.1, torch.float32, "cuda (N, C, d)")
+    t_all = torch.full((6,), 7, device="cuda")
+    xa = torch.randn(6, 5000, device="cuda").requires_grad_(True)
+    loss = softmax_ext.cross_entropy(xa, t_all, ignore_index=7)
+    assert torch.isnan(loss)
+    softmax_ext.cross_entropy(xa, t_all, ignore_index=7, reduction="sum").backward()
+    assert torch.count_nonzero(xa.grad) == 0
+    x2, t2, _ = _inputs(8, 32000, torch.bfloat16, "cuda", seed=25)
+    _assert_close(softmax_ext.cross_entropy(x2, t2.int()), F.cross_entropy(x2.double(), t2), torch.bfloat16, "int32")
