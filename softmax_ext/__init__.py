@@ -19,6 +19,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
 from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
 from . import nn
+from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/distributed.md)
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
 from ._version import __version__

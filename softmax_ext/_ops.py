@@ -31,10 +31,23 @@ def _raise_if_type_error(exc: RuntimeError) -> None:
         raise TypeError(str(exc).split("\nDeclaration:")[0]) from None
 
 
+def _sharded_axis(x, dim, kind, dtype):
+    # A DTensor whose softmax axis is sharded takes the statistics exchange
+    # (softmax_ext.distributed); other tensors return None at once.
+    if type(x) is torch.Tensor:
+        return None
+    from .distributed import dtensor_call
+
+    return dtensor_call(x, dim, kind, dtype)
+
+
 def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """exp(x - max) / sum(exp(x - max)) along `dim`; `dtype` casts the input first."""
     if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
         return _C._softmax(x, dim, dtype)
+    y = _sharded_axis(x, dim, "softmax", dtype)
+    if y is not None:
+        return y
     try:
         return _softmax(x, dim, dtype)
     except RuntimeError as exc:
@@ -46,6 +59,9 @@ def log_softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = N
     """x - max - log(sum(exp(x - max))) along `dim`; `dtype` casts the input first."""
     if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
         return _C._log_softmax(x, dim, dtype)
+    y = _sharded_axis(x, dim, "log_softmax", dtype)
+    if y is not None:
+        return y
     try:
         return _log_softmax(x, dim, dtype)
     except RuntimeError as exc:

@@ -1,0 +1,167 @@
+"""DTensor support: sharding rules for the package's ops (registered with
+torch.distributed.tensor.experimental.register_sharding), and the path that
+serves a softmax axis sharded over a mesh dimension.
+
+Rules. A rule lists, for one mesh dimension, the placements an op runs
+under locally: each entry is (output placements, input placements), one
+input placement per argument (None for non-tensors). DTensor expands the
+list over every mesh dimension and redistributes inputs to the cheapest
+entry. Before listing, every rule checks the placements it is given: a
+Partial (or any placement other than Shard / Replicate) raises
+NotImplementedError naming it, rather than being all-reduced silently, and
+so does a Shard of the softmax axis, which only the Python wrappers serve
+(softmax_ext.softmax / log_softmax: they exchange statistics instead of
+gathering the axis; see sharded_axis_call below).
+
+Adding an op later takes one line in _register_all (the hook is
+register_rule): e.g. for a row-wise op whose tensors all share one axis,
+    register_rule("my_op", rowwise_rule(tensor_args=(0,), dim_arg=1))
+and for ops whose tensors relate otherwise (softmax_matmul: x (..., d1, d2)
+and v (..., d2, d3); cross_entropy: logits (N, C, ...) and target
+(N, ...)), a function of the op's arguments (DTensorSpec for tensors)
+returning the list of (outputs, inputs) placements, e.g. for softmax_matmul:
+Shard(b) of x, v and out for each leading dim b, Shard(d1) of x and out
+with v Replicate, all Replicate.
+"""
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.experimental import register_sharding
+
+from . import _exchange
+from .._meta import _wrap_dim
+
+_ops = torch.ops.softmax_ext
+
+# op name -> rule(*args) -> [(out placements, in placements)], for one mesh dim.
+RULES: Dict[str, Callable] = {}
+
+
+def _placements_of(spec) -> Tuple:
+    return tuple(getattr(spec, "placements", ()))
+
+
+def check_placements(op: str, specs: Sequence, axes: Sequence[Optional[int]]) -> None:
+    """NotImplementedError for placements a rule cannot serve: anything but
+    Shard / Replicate, and (where axes[i] is not None) a Shard of tensor i's
+    softmax axis."""
+    for i, spec in enumerate(specs):
+        for mesh_dim, p in enumerate(_placements_of(spec)):
+            if isinstance(p, Replicate) or (type(p) is Shard and p.dim != axes[i]):
+                continue
+            if type(p) is Shard:
+                raise NotImplementedError(
+                    f"softmax_ext.{op}: placement {p!r} on mesh dim {mesh_dim} shards the softmax axis "
+                    f"(dim {axes[i]}); torch.ops.softmax_ext.{op} serves Shard of other dims and Replicate. "
+                    "Call softmax_ext.softmax / softmax_ext.log_softmax (the Python functions), which "
+                    "exchange per-row statistics across the shards of the axis"
+                )
+            raise NotImplementedError(
+                f"softmax_ext.{op}: placement {p!r} on mesh dim {mesh_dim} is not supported "
+                f"(placements {list(_placements_of(spec))}); accepted: Shard of a dim other than the "
+                "softmax axis, Replicate, and Shard of the axis through softmax_ext.softmax / log_softmax. "
+                "Redistribute (e.g. x.redistribute(placements=[Replicate()])) first"
+            )
+
+
+def rowwise_rule(tensor_args: Sequence[int], dim_arg: int, outputs: int = 1,
+                 reduced_args: Sequence[int] = (), reduced_output: bool = False) -> Callable:
+    """The rule of an op reducing along one axis shared by its tensor
+    arguments (at positions tensor_args; the axis is argument dim_arg), with
+    outputs shaped like them: Replicate, or the same Shard(d) for every
+    tensor, for every dim d but the axis. Tensors at reduced_args (and the
+    output, with reduced_output) are per-row statistics: the shape without
+    the axis (plus trailing dims), so Shard(d) of the rows is their
+    Shard(d - 1) past the axis."""
+
+    def rule(op: str, *args) -> List:
+        full = [i for i in tensor_args if i not in reduced_args]
+        ndim = len(args[full[0]].shape)
+        axis = args[dim_arg] % max(ndim, 1)
+        check_placements(op, [args[i] for i in tensor_args],
+                         [None if i in reduced_args else axis for i in tensor_args])
+        entries = []
+        for d in [None] + [d for d in range(ndim) if d != axis]:
+            placement = Replicate() if d is None else Shard(d)
+            stats = Replicate() if d is None else Shard(d if d < axis else d - 1)
+            ins = [stats if i in reduced_args else placement if i in tensor_args else None for i in range(len(args))]
+            entries.append(([stats if reduced_output else placement] * outputs, ins))
+        return entries
+
+    return rule
+
+
+def register_rule(name: str, rule: Callable) -> None:
+    """Registers rule for torch.ops.softmax_ext.<name>.default with DTensor.
+    rule(op_name, *args) gets the op's arguments (DTensorSpec for tensors)."""
+    op = getattr(_ops, name).default
+    RULES[name] = rule
+
+    def sharding(*args, **kwargs):
+        bound = _fill_defaults(op, args, kwargs)
+        return rule(name, *bound)
+
+    register_sharding(op)(sharding)
+
+
+def _fill_defaults(op, args, kwargs) -> list:
+    values = list(args)
+    for a in op._schema.arguments[len(values):]:
+        values.append(kwargs[a.name] if a.name in kwargs else a.default_value)
+    return values
+
+
+def _register_all() -> None:
+    register_rule("softmax", rowwise_rule(tensor_args=(0,), dim_arg=1))
+    register_rule("log_softmax", rowwise_rule(tensor_args=(0,), dim_arg=1))
+    register_rule("softmax_backward", rowwise_rule(tensor_args=(0, 1), dim_arg=2))
+    register_rule("log_softmax_backward", rowwise_rule(tensor_args=(0, 1), dim_arg=2))
+    # The per-rank steps run locally under the same placements (their
+    # statistics are per shard: a Shard of the axis is refused here too).
+    register_rule("softmax_stats", rowwise_rule(tensor_args=(0,), dim_arg=1, reduced_output=True))
+    register_rule("softmax_normalize", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_args=(1,)))
+    register_rule("softmax_backward_stats", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_output=True))
+    register_rule("softmax_backward_normalize", rowwise_rule(tensor_args=(0, 1, 2), dim_arg=3, reduced_args=(2,)))
+    # Hook: ops written later (cross_entropy, softmax_matmul) get their rule
+    # here, one line each, guarded while they may be absent, e.g.
+    #   if hasattr(_ops, "softmax_matmul"): register_rule("softmax_matmul", softmax_matmul_rule)
+    # Autograd runs below DTensor's dispatch, so the ops that an op's
+    # autograd formula calls need rules too: softmax_matmul's
+    # _softmax_matmul_forward -> (out, lse) and _softmax_matmul_backward;
+    # cross_entropy's _cross_entropy_forward -> (loss, lse, total_weight) and
+    # _cross_entropy_backward (outputs=2 or 3; a "sum" loss or total_weight
+    # over a sharded batch is Partial(), a "mean" loss needs Replicate).
+
+
+# --------------------------------------------------------------------------
+# The sharded axis
+# --------------------------------------------------------------------------
+
+
+def axis_mesh_dims(x: DTensor, axis: int) -> List[int]:
+    """The mesh dims whose placement is Shard(axis)."""
+    return [i for i, p in enumerate(x.placements) if type(p) is Shard and p.dim == axis]
+
+
+def sharded_axis_call(x: DTensor, dim: int, kind: str, dtype: Optional[torch.dtype]) -> Optional[DTensor]:
+    """softmax / log_softmax of a DTensor whose axis is Shard(axis) on some
+    mesh dims: None when it is not (the op's rule serves it). Runs on the
+    local shard (to_local / from_local, both differentiable), exchanging the
+    statistics over the process groups of those mesh dims; the output keeps
+    x's placements (and its global shape, for uneven shards)."""
+    axis = _wrap_dim(f"softmax_ext.{kind}", dim, x.ndim)
+    mesh_dims = axis_mesh_dims(x, axis)
+    if not mesh_dims:
+        return None
+    # Anything else must be a Shard of another dim or Replicate.
+    check_placements(kind, [x], [None])
+    mesh = x.device_mesh
+    groups = [mesh.get_group(d) for d in mesh_dims]
+    local = x.to_local()
+    y = _exchange.sharded(local, dim, kind, groups, dtype)
+    return DTensor.from_local(y, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
+
+
+_register_all()
