@@ -17,6 +17,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation .)"
     ) from exc
 from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
+from ._softmax_matmul import softmax_matmul
 from . import nn
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward
@@ -28,6 +29,7 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
+    "softmax_matmul",
     "plan",
     "plan_limits",
     "Plan",
