@@ -138,7 +138,7 @@ def test_errors():
         softmax_ext.softmax_matmul(x, torch.randn(4, 5))  # no broadcasting
     with pytest.raises(ValueError, match="at least 2"):
         softmax_ext.softmax_matmul(torch.randn(4), torch.randn(4, 5))
-    with pytest.raises(NotImplementedError, match=r"softmax_matmul.*Int.*float32, float16, bfloat16, float64"):
+    with pytest.raises(NotImplementedError, match=r"softmax_matmul.*int32.*float32, float16, bfloat16, float64"):
         softmax_ext.softmax_matmul(torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 2, dtype=torch.int32))
     if HAS_CUDA:
         with pytest.raises(ValueError, match=r"softmax_matmul.*cpu.*cuda"):

@@ -2,8 +2,7 @@
 #include "softmax_matmul/kernel.cuh"
 
 namespace softmax_ext::smm::cuda {
-void launch_bf16(const Args& a, int bn) {
-  if (bn == 64) launch<__nv_bfloat16, 64, kHalfMode>(a);
-  else launch<__nv_bfloat16, 128, kHalfMode>(a);
+void launch_bf16(const Args& a, int warps, int bn) {
+  launch_tile<__nv_bfloat16, kHalfMode>(a, warps, bn);
 }
 }  // namespace softmax_ext::smm::cuda

@@ -17,10 +17,11 @@ struct Args {
   int64_t v_batch_stride = 0, v_row_stride = 0;
 };
 
-// bn: 64 or 128 columns of d3 per CTA. Launch on the current stream.
-void launch_bf16(const Args& a, int bn);
-void launch_f16(const Args& a, int bn);
-void launch_f32(const Args& a, int bn, bool split3);  // split3: 3xTF32 (float32-accurate)
+// A CTA of `warps` warps (4 or 8; 16 rows of d1 each) and `bn` (64, 128,
+// 256) columns of d3. Launch on the current stream.
+void launch_bf16(const Args& a, int warps, int bn);
+void launch_f16(const Args& a, int warps, int bn);
+void launch_f32(const Args& a, int warps, int bn, bool split3);  // split3: 3xTF32 (float32-accurate)
 int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda

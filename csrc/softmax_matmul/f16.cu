@@ -2,8 +2,7 @@
 #include "softmax_matmul/kernel.cuh"
 
 namespace softmax_ext::smm::cuda {
-void launch_f16(const Args& a, int bn) {
-  if (bn == 64) launch<__half, 64, kHalfMode>(a);
-  else launch<__half, 128, kHalfMode>(a);
+void launch_f16(const Args& a, int warps, int bn) {
+  launch_tile<__half, kHalfMode>(a, warps, bn);
 }
 }  // namespace softmax_ext::smm::cuda

@@ -6,14 +6,9 @@
 #include <cuda_runtime.h>
 
 namespace softmax_ext::smm::cuda {
-void launch_f32(const Args& a, int bn, bool split3) {
-  if (split3) {
-    if (bn == 64) launch<float, 64, kSplit3Mode>(a);
-    else launch<float, 128, kSplit3Mode>(a);
-  } else {
-    if (bn == 64) launch<float, 64, kTF32Mode>(a);
-    else launch<float, 128, kTF32Mode>(a);
-  }
+void launch_f32(const Args& a, int warps, int bn, bool split3) {
+  if (split3) launch_tile<float, kSplit3Mode>(a, warps, bn);
+  else launch_tile<float, kTF32Mode>(a, warps, bn);
 }
 
 int device_arch(int device) {

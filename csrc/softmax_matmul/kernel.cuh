@@ -3,8 +3,9 @@
 // list builds it; no CUTLASS build dependency and one small template per
 // dtype instead of CuTe's compile times).
 //
-// One CTA = 4 warps = 64 rows of d1 and BN (64 or 128) columns of d3, of one
-// batch entry; the grid's fastest index walks the d3 blocks of one row block,
+// One CTA = 8 warps = 128 rows of d1 (4 warps / 64 rows kept for A/B) and BN
+// (64, 128 or 256) columns of d3, of one batch entry; large tiles keep the
+// L2 traffic per flop down (every CTA reads its x rows and V columns); the grid's fastest index walks the d3 blocks of one row block,
 // so the CTAs that read the same x rows run together and x comes from L2.
 // Loop over d2 in tiles of BK columns (64 for 16-bit, 32 for f32):
 //   * x tile: straight from global memory into registers (prefetched one tile
@@ -36,8 +37,6 @@
 
 namespace softmax_ext::smm::cuda {
 
-constexpr int kThreads = 128;  // 4 warps
-constexpr int kBM = 64;        // 16 rows per warp
 
 enum Mode : int { kHalfMode = 0, kTF32Mode = 1, kSplit3Mode = 2 };
 
@@ -122,8 +121,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
-template <typename T, int BN, int MODE>
+template <typename T, int BN, int MODE, int WARPS>
 struct Config {
+  static constexpr int kThreads = 32 * WARPS;
+  static constexpr int kBM = 16 * WARPS;           // 16 rows of d1 per warp
   static constexpr bool k16 = MODE == kHalfMode;
   static constexpr int kSpans = k16 ? 2 : 1;       // 32-column spans per tile
   static constexpr int kBK = 32 * kSpans;          // columns of d2 per tile
@@ -142,10 +143,12 @@ __device__ __forceinline__ int swizzle(int r) {
   else return ((r >> 3) & 3) << 1;
 }
 
-template <typename T, int BN, int MODE>
+template <typename T, int BN, int MODE, int WARPS>
 __device__ __forceinline__ void load_v(char* smem, const T* vb, int64_t v_rs, int64_t k0, int64_t n0,
                                        int64_t d2, int64_t d3, bool vec_ok) {
-  using C = Config<T, BN, MODE>;
+  using C = Config<T, BN, MODE, WARPS>;
+  constexpr int kThreads = C::kThreads;
+  static_assert(C::kChunks % kThreads == 0, "V tile chunks per thread");
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 #pragma unroll
   for (int i = 0; i < C::kChunks / kThreads; ++i) {
@@ -168,11 +171,11 @@ __device__ __forceinline__ void load_v(char* smem, const T* vb, int64_t v_rs, in
 }
 
 // x words of this thread for one tile: rows (g, g+8) x spans x kWords.
-template <typename T, int BN, int MODE>
-__device__ __forceinline__ void load_x(uint32_t (&xr)[2][Config<T, BN, MODE>::kSpans][Config<T, BN, MODE>::kWords],
+template <typename T, int BN, int MODE, int WARPS>
+__device__ __forceinline__ void load_x(uint32_t (&xr)[2][Config<T, BN, MODE, WARPS>::kSpans][Config<T, BN, MODE, WARPS>::kWords],
                                        const T* xb, int64_t x_rs, int64_t row0, int64_t d1, int64_t col0,
                                        int64_t d2, bool vec_ok, int t) {
-  using C = Config<T, BN, MODE>;
+  using C = Config<T, BN, MODE, WARPS>;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + 8 * h;
@@ -208,10 +211,12 @@ __device__ __forceinline__ void load_x(uint32_t (&xr)[2][Config<T, BN, MODE>::kS
   }
 }
 
-template <typename T, int BN, int MODE>
-__global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_t batch0, bool x_vec, bool v_vec) {
-  using C = Config<T, BN, MODE>;
-  __shared__ __align__(128) char smem[2 * C::kStageBytes];
+template <typename T, int BN, int MODE, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
+    smm_forward_kernel(Args a, int64_t batch0, bool x_vec, bool v_vec) {
+  using C = Config<T, BN, MODE, WARPS>;
+  constexpr int kBM = C::kBM;
+  extern __shared__ __align__(128) char smem[];
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kInf = __builtin_huge_valf();
 
@@ -232,15 +237,15 @@ __global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_
   uint32_t xr[2][C::kSpans][C::kWords];
 
   const int64_t nk = (a.d2 + C::kBK - 1) / C::kBK;
-  load_v<T, BN, MODE>(smem, vb, a.v_row_stride, 0, n0, a.d2, a.d3, v_vec);
+  load_v<T, BN, MODE, WARPS>(smem, vb, a.v_row_stride, 0, n0, a.d2, a.d3, v_vec);
   cp_async_commit();
-  load_x<T, BN, MODE>(xr, xb, a.x_row_stride, row0, a.d1, 0, a.d2, x_vec, t);
+  load_x<T, BN, MODE, WARPS>(xr, xb, a.x_row_stride, row0, a.d1, 0, a.d2, x_vec, t);
 
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   for (int64_t kt = 0; kt < nk; ++kt) {
     const int stage = kt & 1;
     if (kt + 1 < nk) {
-      load_v<T, BN, MODE>(smem + (stage ^ 1) * C::kStageBytes, vb, a.v_row_stride, (kt + 1) * C::kBK, n0, a.d2,
+      load_v<T, BN, MODE, WARPS>(smem + (stage ^ 1) * C::kStageBytes, vb, a.v_row_stride, (kt + 1) * C::kBK, n0, a.d2,
                           a.d3, v_vec);
     }
     cp_async_commit();
@@ -264,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_
         }
       }
     if (kt + 1 < nk) {
-      load_x<T, BN, MODE>(xr, xb, a.x_row_stride, row0, a.d1, (kt + 1) * C::kBK, a.d2, x_vec, t);
+      load_x<T, BN, MODE, WARPS>(xr, xb, a.x_row_stride, row0, a.d1, (kt + 1) * C::kBK, a.d2, x_vec, t);
     }
 
     // Online softmax: new max, rescale, P = exp(x - m).
@@ -329,6 +334,14 @@ __global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_
         }
       } else {
         const float* vf = reinterpret_cast<const float*>(vs);
+        // 3xTF32: the tile's products go to a zeroed accumulator first and
+        // are added to acc with IEEE f32 adds, so the tensor cores' own
+        // accumulation (not round-to-nearest) covers only one tile.
+        float tmp[MODE == kSplit3Mode ? C::kNT : 1][4];
+        if constexpr (MODE == kSplit3Mode) {
+#pragma unroll
+          for (int j = 0; j < C::kNT; ++j) tmp[j][0] = tmp[j][1] = tmp[j][2] = tmp[j][3] = 0.f;
+        }
 #pragma unroll
         for (int st = 0; st < 4; ++st) {
           const float p00 = s[0][sp][2 * st], p10 = s[1][sp][2 * st];
@@ -351,13 +364,19 @@ __global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_
             if constexpr (MODE == kSplit3Mode) {
               const uint32_t b0 = tf32(v0), b1 = tf32(v1);
               const uint32_t c0 = tf32(v0 - __uint_as_float(b0)), c1 = tf32(v1 - __uint_as_float(b1));
-              mma_tf32(acc[j], as, b0, b1);
-              mma_tf32(acc[j], ab, c0, c1);
-              mma_tf32(acc[j], ab, b0, b1);
+              mma_tf32(tmp[j], as, b0, b1);
+              mma_tf32(tmp[j], ab, c0, c1);
+              mma_tf32(tmp[j], ab, b0, b1);
             } else {
               mma_tf32(acc[j], ab, __float_as_uint(v0), __float_as_uint(v1));
             }
           }
+        }
+        if constexpr (MODE == kSplit3Mode) {
+#pragma unroll
+          for (int j = 0; j < C::kNT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] += tmp[j][e];
         }
       }
     }
@@ -404,20 +423,36 @@ __global__ void __launch_bounds__(kThreads, 2) smm_forward_kernel(Args a, int64_
   }
 }
 
-template <typename T, int BN, int MODE>
+template <typename T, int BN, int MODE, int WARPS>
 void launch(const Args& a) {
+  using C = Config<T, BN, MODE, WARPS>;
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  auto* kernel = &smm_forward_kernel<T, BN, MODE, WARPS>;
+  constexpr int smem = 2 * C::kStageBytes;
+  if constexpr (smem > 48 * 1024) {  // opt in (on the current device) to more than 48 KiB
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  }
   const int64_t es = sizeof(T);
   const bool x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_row_stride * es) % 16 == 0 &&
                      (a.x_batch_stride * es) % 16 == 0;
   const bool v_vec = reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && (a.v_row_stride * es) % 16 == 0 &&
                      (a.v_batch_stride * es) % 16 == 0;
-  const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
+  const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + C::kBM - 1) / C::kBM);
   for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-    smm_forward_kernel<T, BN, MODE><<<grid, kThreads, 0, stream>>>(a, b0, x_vec, v_vec);
+    kernel<<<grid, C::kThreads, smem, stream>>>(a, b0, x_vec, v_vec);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+}
+
+// The tiles the plan uses (plan.cpp): (warps, BN) = (4, 128), (8, 64),
+// (8, 128), (8, 256); 3xTF32 not with 256 (its extra accumulator).
+template <typename T, int MODE>
+void launch_tile(const Args& a, int warps, int bn) {
+  if (warps == 4) return launch<T, 128, MODE, 4>(a);
+  if (bn == 64) return launch<T, 64, MODE, 8>(a);
+  if (MODE != kSplit3Mode && bn == 256) return launch<T, (MODE == kSplit3Mode ? 128 : 256), MODE, 8>(a);
+  return launch<T, 128, MODE, 8>(a);
 }
 
 }  // namespace softmax_ext::smm::cuda

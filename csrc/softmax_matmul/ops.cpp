@@ -35,15 +35,37 @@ std::string shape_str(const at::Tensor& t) {
   return s.str();
 }
 
+// x, v as 3-d (batch, rows, cols) views (a copy only where the leading dims
+// cannot be merged into one stride).
+at::Tensor as_3d(const at::Tensor& t) {
+  int64_t batch = 1;
+  for (int64_t i = 0; i + 2 < t.dim(); ++i) batch *= t.size(i);
+  return t.reshape({batch, t.size(-2), t.size(-1)});
+}
+
+// torch's Python spelling (torch.float32), as the fake kernels print it.
+std::string dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
 // ValueError for arguments that disagree, NotImplementedError for dtypes.
 void check_args(const char* op, const at::Tensor& x, const at::Tensor& v) {
   TORCH_CHECK_VALUE(x.device() == v.device(), op, ": x is on ", x.device(), " but v is on ", v.device(),
                     "; both must be on the same device");
-  TORCH_CHECK_VALUE(x.scalar_type() == v.scalar_type(), op, ": x has dtype ", x.scalar_type(),
-                    " but v has dtype ", v.scalar_type(), "; both must have the same dtype");
+  TORCH_CHECK_VALUE(x.scalar_type() == v.scalar_type(), op, ": x has dtype ", dtype_name(x.scalar_type()),
+                    " but v has dtype ", dtype_name(v.scalar_type()), "; both must have the same dtype");
   const auto t = x.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
-                              op, ": dtype ", t, " is not supported; accepted: float32, float16, bfloat16, float64");
+                              op, ": dtype ", dtype_name(t), " is not supported; accepted: float32, float16, bfloat16, float64");
   TORCH_CHECK_VALUE(x.dim() >= 2 && v.dim() >= 2, op, ": x ", shape_str(x), " and v ", shape_str(v),
                     " must have at least 2 dimensions: x (..., d1, d2), v (..., d2, d3)");
   TORCH_CHECK_VALUE(x.dim() == v.dim() && x.sizes().slice(0, x.dim() - 2) == v.sizes().slice(0, v.dim() - 2),
@@ -52,10 +74,6 @@ void check_args(const char* op, const at::Tensor& x, const at::Tensor& v) {
   TORCH_CHECK_VALUE(x.size(-1) == v.size(-2), op, ": x has shape ", shape_str(x), " and v has shape ",
                     shape_str(v), "; x.size(-1) (d2) must equal v.size(-2)");
 }
-
-// x, v as 3-d (batch, rows, cols) views (a copy only where the leading dims
-// cannot be merged into one stride).
-at::Tensor as_3d(const at::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); }
 
 Descriptor describe(const at::Tensor& x3, const at::Tensor& v3) {
   Descriptor d;
@@ -129,9 +147,9 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.v_batch_stride = d.v_strides[0];
   a.v_row_stride = d.v_strides[1];
   switch (d.dtype) {
-    case at::kBFloat16: cuda::launch_bf16(a, plan.bn); break;
-    case at::kHalf: cuda::launch_f16(a, plan.bn); break;
-    default: cuda::launch_f32(a, plan.bn, plan.math == Math::kExactF32); break;
+    case at::kBFloat16: cuda::launch_bf16(a, plan.bm / 16, plan.bn); break;
+    case at::kHalf: cuda::launch_f16(a, plan.bm / 16, plan.bn); break;
+    default: cuda::launch_f32(a, plan.bm / 16, plan.bn, plan.math == Math::kExactF32); break;
   }
   return {out, lse};
 }

@@ -2,6 +2,8 @@
 #include "softmax_matmul/plan.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 namespace softmax_ext::smm {
 
@@ -59,8 +61,20 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   if (tensor_cores) {
 #endif
     p.kernel = Kernel::kCudaMma;
-    p.bm = 64;
-    p.bn = d.d3 <= 64 ? 64 : 128;
+    // 8 warps (128 rows of d1) and the widest d3 block that pays: every CTA
+    // reads its x rows and V columns from L2, so flops per byte grow with
+    // both (3xTF32 stops at 128: it holds a second accumulator).
+    int warps = 8;
+    int bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 || p.math == Math::kExactF32) ? 128 : 256;
+    if (const char* env = std::getenv("SOFTMAX_EXT_SMM_TILE")) {  // "warps,bn": benchmarking only
+      int w = 0, n = 0;
+      if (std::sscanf(env, "%d,%d", &w, &n) == 2 && (w == 4 || w == 8) && (n == 64 || n == 128 || n == 256)) {
+        warps = w;
+        bn = w == 4 ? 128 : (p.math == Math::kExactF32 && n == 256 ? 128 : n);
+      }
+    }
+    p.bm = 16 * warps;
+    p.bn = bn;
     p.bk = f32 ? 32 : 64;
     const char* variant = f32 ? (d.allow_tf32 ? "tf32" : "3xtf32") : tag(d.dtype);
     p.name = std::string("cuda.mma_sync.") + variant + "." + std::to_string(p.bm) + "x" +
