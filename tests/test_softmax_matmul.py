@@ -252,7 +252,7 @@ def test_plan(device):
             p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
             assert p.math == "exact-f32" and p.kernel.startswith("cuda.mma_sync.3xtf32"), p
         pb = softmax_ext.plan(x.bfloat16(), kind="softmax_matmul", v=v.bfloat16())
-        assert pb.math == "16-bit-f32-acc" and pb.kernel.startswith("cuda.mma_sync.bf16") and pb.tile == (64, 64, 64)
+        assert pb.math == "16-bit-f32-acc" and pb.kernel.startswith("cuda.mma_sync.bf16") and pb.tile == (128, 64, 64)
     pd = softmax_ext.plan(x.double(), kind="softmax_matmul", v=v.double(), backward=True)
     assert pd.accumulator == torch.float64 and pd.math == "f64" and "backward" in pd.kernel
     with pytest.raises(ValueError, match="v="):

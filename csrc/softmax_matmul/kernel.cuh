@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 namespace softmax_ext::smm::cuda {
 
@@ -205,6 +206,40 @@ __device__ __forceinline__ void load_x(uint32_t (&xr)[2][Config<T, BN, MODE, WAR
           const uint32_t lo = col + 2 * e < d2 ? s16[2 * e] : Raw<T>::kNegInf;
           const uint32_t hi = col + 2 * e + 1 < d2 ? s16[2 * e + 1] : Raw<T>::kNegInf;
           w[e] = lo | (hi << 16);
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int BN, int MODE, int WARPS>
+__device__ __forceinline__ void store_out(const Args& a, const float (&acc)[BN / 8][4], const float (&inv)[2],
+                                          int64_t b, int64_t n0, int64_t row0, int t) {
+  using C = Config<T, BN, MODE, WARPS>;
+  T* ob = static_cast<T*>(a.out) + b * a.d1 * a.d3;
+  const bool pair_ok = (a.d3 % 2) == 0;
+#pragma unroll
+  for (int j = 0; j < C::kNT; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 8 * h;
+      if (row >= a.d1 || col >= a.d3) continue;
+      const float o0 = acc[j][2 * h] * inv[h], o1 = acc[j][2 * h + 1] * inv[h];
+      T* dst = ob + row * a.d3 + col;
+      if constexpr (std::is_same_v<T, float>) {
+        if (pair_ok) {
+          *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
+        } else {
+          dst[0] = o0;
+          if (col + 1 < a.d3) dst[1] = o1;
+        }
+      } else {
+        if (pair_ok) {
+          *reinterpret_cast<uint32_t*>(dst) = Raw<T>::pack(o0, o1);
+        } else {
+          reinterpret_cast<uint16_t*>(dst)[0] = Raw<T>::bits(o0);
+          if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = Raw<T>::bits(o1);
         }
       }
     }
@@ -393,34 +428,216 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
     const int64_t row = row0 + 8 * h;
     if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
   }
-  T* ob = static_cast<T*>(a.out) + b * a.d1 * a.d3;
-  const bool pair_ok = (a.d3 % 2) == 0;
+  store_out<T, BN, MODE, WARPS>(a, acc, inv, b, n0, row0, t);
+}
+
+// ---------------------------------------------------------------------------
+// The fast variant for 16-bit and TF32 (the 3xTF32 mode keeps the kernel
+// above): fewer instructions per x element, which bound the kernel above.
+//   * the row max is taken on the packed 16-bit words (max.bf16x2/f16x2);
+//   * the exponent argument is one FFMA, x * log2e - m * log2e, in f32;
+//     16-bit: the pair is packed and raised with ex2.approx.{bf16x2,f16x2}
+//     (one MUFU op per two elements), giving the A fragment directly;
+//   * the row sum l comes from the tensor cores: one extra mma per k step
+//     with B = ones, so l sums exactly the rounded P that multiplies V;
+//   * the accumulator is rescaled only when some row of the warp has a new
+//     max (a warp vote), which after the first tiles is rare;
+//   * x of the next tile is loaded into a second register set at the top of
+//     the step, so its latency hides behind the whole step.
+// ---------------------------------------------------------------------------
+template <typename T>
+__device__ __forceinline__ uint32_t hmax2(uint32_t a, uint32_t b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 r = __hmax2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  } else {
+    __half2 r = __hmax2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+}
+
+// 2^lo, 2^hi packed in T (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t exp2_pack(float lo, float hi) {
+  const uint32_t arg = Raw<T>::pack(lo, hi);
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("ex2.approx.f16x2 %0, %1;" : "=r"(r) : "r"(arg));
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(r) : "r"(arg));
+#else
+    r = Raw<T>::pack(fast_exp2(lo), fast_exp2(hi));
+    (void)arg;
+#endif
+  }
+  return r;
+}
+
+template <typename T, int BN, int MODE, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
+    smm_forward_fast_kernel(Args a, int64_t batch0, bool x_vec, bool v_vec) {
+  static_assert(MODE != kSplit3Mode, "3xTF32 uses smm_forward_kernel");
+  using C = Config<T, BN, MODE, WARPS>;
+  constexpr int kBM = C::kBM;
+  extern __shared__ __align__(128) char smem[];
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kInf = __builtin_huge_valf();
+  constexpr uint32_t kOnes = C::k16 ? (std::is_same_v<T, __half> ? 0x3C003C00u : 0x3F803F80u) : 0x3F800000u;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
+  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
+  const int64_t b = batch0 + blockIdx.y;
+  const int64_t n0 = nb * BN;
+  const int64_t row0 = mb * kBM + warp * 16 + g;
+  const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
+  const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
+
+  float acc[C::kNT][4];
 #pragma unroll
-  for (int j = 0; j < C::kNT; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * t;
+  for (int j = 0; j < C::kNT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  float accl[4] = {0.f, 0.f, 0.f, 0.f};  // row sums: [0] row g, [2] row g + 8
+  float m[2] = {-kInf, -kInf};
+  uint32_t xr[2][C::kSpans][C::kWords], xn[2][C::kSpans][C::kWords];
+
+  const int64_t nk = (a.d2 + C::kBK - 1) / C::kBK;
+  load_v<T, BN, MODE, WARPS>(smem, vb, a.v_row_stride, 0, n0, a.d2, a.d3, v_vec);
+  cp_async_commit();
+  load_x<T, BN, MODE, WARPS>(xr, xb, a.x_row_stride, row0, a.d1, 0, a.d2, x_vec, t);
+
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  for (int64_t kt = 0; kt < nk; ++kt) {
+    const int stage = kt & 1;
+    if (kt + 1 < nk) {
+      load_v<T, BN, MODE, WARPS>(smem + (stage ^ 1) * C::kStageBytes, vb, a.v_row_stride, (kt + 1) * C::kBK, n0,
+                                 a.d2, a.d3, v_vec);
+      load_x<T, BN, MODE, WARPS>(xn, xb, a.x_row_stride, row0, a.d1, (kt + 1) * C::kBK, a.d2, x_vec, t);
+    }
+    cp_async_commit();
+
+    // Row max of the tile, new running max, rescale when it moved.
+    float neg[2];
+    bool moved = false;
+    float scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + 8 * h;
-      if (row >= a.d1 || col >= a.d3) continue;
-      const float o0 = acc[j][2 * h] * inv[h], o1 = acc[j][2 * h + 1] * inv[h];
-      T* dst = ob + row * a.d3 + col;
-      if constexpr (std::is_same_v<T, float>) {
-        if (pair_ok) {
-          *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
-        } else {
-          dst[0] = o0;
-          if (col + 1 < a.d3) dst[1] = o1;
-        }
+      float mx;
+      if constexpr (C::k16) {
+        uint32_t w = xr[h][0][0];
+#pragma unroll
+        for (int sp = 0; sp < C::kSpans; ++sp)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) w = hmax2<T>(w, xr[h][sp][e]);
+        const float2 f = Raw<T>::to2(w);
+        mx = fmaxf(f.x, f.y);
       } else {
-        if (pair_ok) {
-          *reinterpret_cast<uint32_t*>(dst) = Raw<T>::pack(o0, o1);
-        } else {
-          reinterpret_cast<uint16_t*>(dst)[0] = Raw<T>::bits(o0);
-          if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = Raw<T>::bits(o1);
+        mx = -kInf;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) mx = fmaxf(mx, __uint_as_float(xr[h][0][e]));
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -kInf ? 0.f : m_new;
+      scale[h] = fast_exp2((m[h] - m_use) * kLog2e);
+      moved |= m_new != m[h];
+      m[h] = m_new;
+      neg[h] = -m_use * kLog2e;
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        accl[2 * h] *= scale[h];
+        accl[2 * h + 1] *= scale[h];
+#pragma unroll
+        for (int j = 0; j < C::kNT; ++j) {
+          acc[j][2 * h] *= scale[h];
+          acc[j][2 * h + 1] *= scale[h];
         }
       }
     }
+
+    // P as A fragments: 16-bit [span][step][a0..a3]; TF32 [step][a0..a3].
+    constexpr int kSteps = C::k16 ? 2 : 4;
+    uint32_t pf[C::kSpans][kSteps][4];
+#pragma unroll
+    for (int sp = 0; sp < C::kSpans; ++sp)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (C::k16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {  // word e: elements 2e, 2e+1 -> step e / 2, a0/a1 or a2/a3
+            const float2 f = Raw<T>::to2(xr[h][sp][e]);
+            pf[sp][e / 2][(e % 2) * 2 + h] = exp2_pack<T>(fmaf(f.x, kLog2e, neg[h]), fmaf(f.y, kLog2e, neg[h]));
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {  // element e: step e / 2, a0/a1 (even) or a2/a3 (odd)
+            const float p = fast_exp2(fmaf(__uint_as_float(xr[h][0][e]), kLog2e, neg[h]));
+            pf[0][e / 2][(e % 2) * 2 + h] = tf32(p);
+          }
+        }
+      }
+
+    cp_async_wait<1>();
+    __syncthreads();
+    const char* vs = smem + stage * C::kStageBytes;
+    const uint32_t vs_addr = smem_base + stage * C::kStageBytes;
+#pragma unroll
+    for (int sp = 0; sp < C::kSpans; ++sp) {
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        const uint32_t(&af)[4] = pf[sp][st];
+        if constexpr (C::k16) {
+          mma16<T>(accl, af, kOnes, kOnes);
+          const int q = lane >> 3, i = lane & 7;
+          const int r = 32 * sp + 8 * (i >> 1) + 4 * st + 2 * (q & 1) + (i & 1);
+          const int sw = swizzle<MODE>(r);
+#pragma unroll
+          for (int j = 0; j < C::kNT; j += 2) {
+            const int c = j + (q >> 1);
+            uint32_t bf[4];
+            ldmatrix_x4_trans(bf, vs_addr + (r * C::kChunksPerRow + (c ^ sw)) * 16);
+            mma16<T>(acc[j], af, bf[0], bf[1]);
+            mma16<T>(acc[j + 1], af, bf[2], bf[3]);
+          }
+        } else {
+          mma_tf32(accl, af, kOnes, kOnes);
+          const float* vf = reinterpret_cast<const float*>(vs);
+          const int r0 = 8 * t + 2 * st;
+          const int sw = swizzle<MODE>(r0);
+#pragma unroll
+          for (int j = 0; j < C::kNT; ++j) {
+            const int n = 8 * j + g;
+            const int w = ((n >> 2) ^ sw) * 4 + (n & 3);
+            mma_tf32(acc[j], af, __float_as_uint(vf[r0 * BN + w]), __float_as_uint(vf[(r0 + 1) * BN + w]));
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (kt + 1 < nk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int sp = 0; sp < C::kSpans; ++sp)
+#pragma unroll
+          for (int e = 0; e < C::kWords; ++e) xr[h][sp][e] = xn[h][sp][e];
+    }
   }
+
+  // Epilogue: out = acc / l, lse = m + log(l).
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = accl[2 * h];
+    inv[h] = 1.f / l;
+    const int64_t row = row0 + 8 * h;
+    if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l);
+  }
+  store_out<T, BN, MODE, WARPS>(a, acc, inv, b, n0, row0, t);
 }
 
 template <typename T, int BN, int MODE, int WARPS>
@@ -428,6 +645,14 @@ void launch(const Args& a) {
   using C = Config<T, BN, MODE, WARPS>;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   auto* kernel = &smm_forward_kernel<T, BN, MODE, WARPS>;
+  if constexpr (MODE != kSplit3Mode) {
+    // SOFTMAX_EXT_SMM_FAST=0 picks the first kernel (A/B and fallback only).
+    static const bool fast = [] {
+      const char* env = std::getenv("SOFTMAX_EXT_SMM_FAST");
+      return env == nullptr || env[0] != '0';
+    }();
+    if (fast) kernel = &smm_forward_fast_kernel<T, BN, MODE, WARPS>;
+  }
   constexpr int smem = 2 * C::kStageBytes;
   if constexpr (smem > 48 * 1024) {  // opt in (on the current device) to more than 48 KiB
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

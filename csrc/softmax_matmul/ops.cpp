@@ -131,7 +131,8 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   }
   at::Tensor out = at::empty({d.batch, d.d1, d.d3}, x3.options());
   at::Tensor lse = at::empty({d.batch, d.d1}, x3.options().dtype(at::kFloat));
-  if (out.numel() == 0 && lse.numel() == 0) return {out, lse};
+  if (lse.numel() == 0) return {out, lse};
+  if (d.d3 == 0) return blocked_forward(x3, v3, plan.bk);  // no output to compute, only lse
   if (d.d2 == 0) return {out.zero_(), lse.fill_(-std::numeric_limits<float>::infinity())};
   cuda::Args a;
   a.x = x3.data_ptr();
