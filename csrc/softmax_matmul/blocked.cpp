@@ -64,14 +64,20 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
   at::Tensor D = (go * out.to(acc)).sum(-1, true);  // (B, d1, 1)
   at::Tensor go_mm = go.to(mm_type);
   at::Tensor lse3 = lse.to(acc).unsqueeze(-1);
+  // Few passes per block (type promotion does the casts inside the ops):
+  // p = exp(x - lse) in acc, P in the matmul type, dV = P^T dO, dP = dO V^T,
+  // dx = p * (dP - D) written straight into dx's columns.
   for (int64_t j0 = 0; j0 < d2; j0 += block) {
     const int64_t n = std::min(block, d2 - j0);
-    at::Tensor p = (x.narrow(2, j0, n).to(acc) - lse3).exp_();  // (B, d1, n)
-    at::Tensor p_mm = p.to(mm_type);
-    at::Tensor vb = v.narrow(1, j0, n).to(mm_type);
-    dv.narrow(1, j0, n).copy_(at::bmm(p_mm.transpose(1, 2), go_mm));
-    at::Tensor dp = at::bmm(go_mm, vb.transpose(1, 2)).to(acc);
-    dx.narrow(2, j0, n).copy_(p.mul_(dp.sub_(D)));
+    at::Tensor p = at::sub(x.narrow(2, j0, n), lse3).exp_();  // (B, d1, n), acc type
+    at::Tensor p_mm = mm16 ? p.to(mm_type) : p;
+    at::Tensor vb = v.narrow(1, j0, n);
+    if (vb.scalar_type() != mm_type) vb = vb.to(mm_type);
+    at::Tensor dv_blk = dv.narrow(1, j0, n);
+    if (dv.scalar_type() == mm_type) at::bmm_out(dv_blk, p_mm.transpose(1, 2), go_mm);
+    else dv_blk.copy_(at::bmm(p_mm.transpose(1, 2), go_mm));
+    at::Tensor dx_blk = dx.narrow(2, j0, n);
+    at::mul_out(dx_blk, p, at::sub(at::bmm(go_mm, vb.transpose(1, 2)), D));
   }
   return {dx, dv};
 }
