@@ -24,12 +24,27 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class MatmulProblem:
+    """softmax_matmul's problem: x (batch, d1, d2) @ v (batch, d2, d3), the
+    leading dims flattened into batch."""
+
+    batch: int
+    d1: int
+    d2: int
+    d3: int
+
+
+@dataclass(frozen=True)
 class Plan:
     kernel: str  # stable name, e.g. "cuda.reference.f32"
     workspace_size: int  # bytes
     deterministic: bool
     accumulator: torch.dtype
-    problem: Problem
+    problem: "Problem | MatmulProblem"
+    # softmax_matmul only: (rows of d1, columns of d3, columns of d2) per step,
+    # and the math mode: "exact-f32", "tf32", "16-bit-f32-acc", "f32", "f64".
+    tile: Optional[Tuple[int, int, int]] = None
+    math: Optional[str] = None
 
 
 def plan(
@@ -38,17 +53,27 @@ def plan(
     kind: str = "softmax",
     backward: bool = False,
     dtype: Optional[torch.dtype] = None,
+    v: Optional[torch.Tensor] = None,
 ) -> Plan:
     """The plan for softmax/log_softmax of `x` along `dim` (its backward when
-    `backward`, with grad_output and output laid out like x); with
+    `backward`, with grad_output and output laid out like x). With
     kind="cross_entropy", the fused cross-entropy of logits `x` (class dim 1,
     or 0 for 1-D logits; `dim` is not used): its problem is the rows of C
-    classes the op forms."""
+    classes the op forms. With kind="softmax_matmul", the plan of
+    softmax_matmul(x, v) (its tile and math mode too)."""
     if kind == "cross_entropy":
         kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan_cross_entropy.default(x, backward)
         rows, classes, stride = p[:3]
         problem = Problem(rows, classes, 1, 1, (rows,), (stride,))
         return Plan(kernel, workspace, deterministic, getattr(torch, acc.lower()), problem)
+    if kind == "softmax_matmul":
+        if v is None:
+            raise ValueError("softmax_ext.plan: kind='softmax_matmul' needs v=")
+        kernel, workspace, deterministic, acc, math, tile, p = torch.ops.softmax_ext._softmax_matmul_plan.default(
+            x, v, backward
+        )
+        return Plan(kernel, workspace, deterministic, getattr(torch, acc.lower()), MatmulProblem(*p),
+                    tuple(tile), math)
     kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan.default(
         x, dim, kind, backward, dtype
     )

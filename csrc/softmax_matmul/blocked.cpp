@@ -1,0 +1,85 @@
+// The blocked online loop (blocked.h): per block of d2 columns, the row max
+// moves, the f32 (f64) accumulator and row sum are rescaled by exp(m_old -
+// m_new) and the block's P = exp(x - m) times V is added with one batched
+// matmul. A max still at -inf (all entries so far -inf) is replaced by 0 in
+// the exponent so that -inf - -inf never makes a NaN; a row all -inf ends
+// with sum 0 and so 0/0 = NaN, like softmax(x) @ v.
+#include "softmax_matmul/blocked.h"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+namespace softmax_ext::smm {
+
+static c10::ScalarType acc_type(const at::Tensor& x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at::Tensor& v, int64_t block) {
+  const int64_t B = x.size(0), d1 = x.size(1), d2 = x.size(2), d3 = v.size(2);
+  const auto acc = acc_type(x);
+  const auto fopt = x.options().dtype(acc);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  if (d2 == 0) {
+    return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
+  }
+  at::Tensor m = at::full({B, d1, 1}, -inf, fopt);
+  at::Tensor l = at::zeros({B, d1, 1}, fopt);
+  at::Tensor o = at::zeros({B, d1, d3}, fopt);
+  for (int64_t j0 = 0; j0 < d2; j0 += block) {
+    const int64_t n = std::min(block, d2 - j0);
+    at::Tensor s = x.narrow(2, j0, n).to(acc);
+    at::Tensor m_new = at::maximum(m, std::get<0>(s.max(-1, true)));
+    at::Tensor m_use = at::where(m_new == -inf, at::zeros_like(m_new), m_new);
+    at::Tensor scale = (m - m_use).exp_();
+    at::Tensor p = (s - m_use).exp_();
+    l.mul_(scale).add_(p.sum(-1, true));
+    o.mul_(scale).baddbmm_(p, v.narrow(1, j0, n).to(acc));
+    m = m_new;
+  }
+  at::Tensor out = (o / l).to(x.scalar_type());
+  at::Tensor lse = (m + l.log()).squeeze(-1);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                    const at::Tensor& v, const at::Tensor& out,
+                                                    const at::Tensor& lse, int64_t block) {
+  const int64_t d2 = x.size(2);
+  const auto acc = acc_type(x);
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
+  if (d2 == 0 || x.numel() == 0 || v.numel() == 0) {
+    dx.zero_();
+    dv.zero_();
+    return {dx, dv};
+  }
+  // On CUDA the half types keep their matmuls in 16 bits (tensor cores, f32
+  // accumulation in cuBLAS), like autograd through softmax(x) @ v does; the
+  // element-wise parts are f32 everywhere.
+  const bool mm16 = x.is_cuda() && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  const auto mm_type = mm16 ? x.scalar_type() : acc;
+  at::Tensor go = grad_out.to(acc);
+  at::Tensor D = (go * out.to(acc)).sum(-1, true);  // (B, d1, 1)
+  at::Tensor go_mm = go.to(mm_type);
+  at::Tensor lse3 = lse.to(acc).unsqueeze(-1);
+  // Few passes per block (type promotion does the casts inside the ops):
+  // p = exp(x - lse) in acc, P in the matmul type, dV = P^T dO, dP = dO V^T,
+  // dx = p * (dP - D) written straight into dx's columns.
+  for (int64_t j0 = 0; j0 < d2; j0 += block) {
+    const int64_t n = std::min(block, d2 - j0);
+    at::Tensor p = at::sub(x.narrow(2, j0, n), lse3).exp_();  // (B, d1, n), acc type
+    at::Tensor p_mm = mm16 ? p.to(mm_type) : p;
+    at::Tensor vb = v.narrow(1, j0, n);
+    if (vb.scalar_type() != mm_type) vb = vb.to(mm_type);
+    at::Tensor dv_blk = dv.narrow(1, j0, n);
+    if (dv.scalar_type() == mm_type) at::bmm_out(dv_blk, p_mm.transpose(1, 2), go_mm);
+    else dv_blk.copy_(at::bmm(p_mm.transpose(1, 2), go_mm));
+    at::Tensor dx_blk = dx.narrow(2, j0, n);
+    at::mul_out(dx_blk, p, at::sub(at::bmm(go_mm, vb.transpose(1, 2)), D));
+  }
+  return {dx, dv};
+}
+
+}  // namespace softmax_ext::smm

@@ -1,0 +1,27 @@
+// Host interface of the tensor-core forward kernels (kernel.cuh; one
+// translation unit per dtype: bf16.cu, f16.cu, f32.cu). Plain C++ types only,
+// so ops.cpp needs no CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace softmax_ext::smm::cuda {
+
+struct Args {
+  const void* x = nullptr;  // (batch, d1, d2), unit stride along d2
+  const void* v = nullptr;  // (batch, d2, d3), unit stride along d3
+  void* out = nullptr;      // (batch, d1, d3) contiguous, x's dtype
+  float* lse = nullptr;     // (batch, d1) contiguous, natural log-sum-exp
+  int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
+  int64_t x_batch_stride = 0, x_row_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0;
+};
+
+// A CTA of `warps` warps (4 or 8; 16 rows of d1 each) and `bn` (64, 128,
+// 256) columns of d3. Launch on the current stream.
+void launch_bf16(const Args& a, int warps, int bn);
+void launch_f16(const Args& a, int warps, int bn);
+void launch_f32(const Args& a, int warps, int bn, bool split3);  // split3: 3xTF32 (float32-accurate)
+int device_arch(int device);  // compute capability * 10
+
+}  // namespace softmax_ext::smm::cuda

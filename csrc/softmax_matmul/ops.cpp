@@ -1,0 +1,235 @@
+// softmax_matmul's op bodies and registration (its own TORCH_LIBRARY_FRAGMENT):
+//
+//   softmax_matmul(x, v) -> out                 CompositeImplicitAutograd: calls
+//                                               the forward below, keeps `out`
+//   _softmax_matmul_forward(x, v) -> (out, lse) the kernels; lse (..., d1) f32
+//                                               (f64 for f64) for the backward
+//   _softmax_matmul_backward(dO, x, v, out, lse) -> (dx, dv)
+//   _softmax_matmul_plan(x, v, backward) -> the plan, for softmax_ext.plan()
+//
+// Autograd and the fake kernels are registered from Python
+// (softmax_ext/_softmax_matmul.py). Every call goes describe -> select ->
+// can_implement -> run (plan.h).
+#include "softmax_matmul/blocked.h"
+#include "softmax_matmul/plan.h"
+#ifdef SOFTMAX_EXT_WITH_CUDA
+#include "softmax_matmul/cuda_launch.h"
+#endif
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <sstream>
+
+namespace softmax_ext::smm {
+namespace {
+
+constexpr const char* kOp = "softmax_ext.softmax_matmul";
+
+std::string shape_str(const at::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes();
+  return s.str();
+}
+
+// x, v as 3-d (batch, rows, cols) views (a copy only where the leading dims
+// cannot be merged into one stride).
+at::Tensor as_3d(const at::Tensor& t) {
+  int64_t batch = 1;
+  for (int64_t i = 0; i + 2 < t.dim(); ++i) batch *= t.size(i);
+  return t.reshape({batch, t.size(-2), t.size(-1)});
+}
+
+// torch's Python spelling (torch.float32), as the fake kernels print it.
+std::string dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+// ValueError for arguments that disagree, NotImplementedError for dtypes.
+void check_args(const char* op, const at::Tensor& x, const at::Tensor& v) {
+  TORCH_CHECK_VALUE(x.device() == v.device(), op, ": x is on ", x.device(), " but v is on ", v.device(),
+                    "; both must be on the same device");
+  TORCH_CHECK_VALUE(x.scalar_type() == v.scalar_type(), op, ": x has dtype ", dtype_name(x.scalar_type()),
+                    " but v has dtype ", dtype_name(v.scalar_type()), "; both must have the same dtype");
+  const auto t = x.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
+                              op, ": dtype ", dtype_name(t), " is not supported; accepted: float32, float16, bfloat16, float64");
+  TORCH_CHECK_VALUE(x.dim() >= 2 && v.dim() >= 2, op, ": x ", shape_str(x), " and v ", shape_str(v),
+                    " must have at least 2 dimensions: x (..., d1, d2), v (..., d2, d3)");
+  TORCH_CHECK_VALUE(x.dim() == v.dim() && x.sizes().slice(0, x.dim() - 2) == v.sizes().slice(0, v.dim() - 2),
+                    op, ": x has shape ", shape_str(x), " and v has shape ", shape_str(v),
+                    "; their leading dimensions must be equal (no broadcasting)");
+  TORCH_CHECK_VALUE(x.size(-1) == v.size(-2), op, ": x has shape ", shape_str(x), " and v has shape ",
+                    shape_str(v), "; x.size(-1) (d2) must equal v.size(-2)");
+}
+
+Descriptor describe(const at::Tensor& x3, const at::Tensor& v3) {
+  Descriptor d;
+  d.batch = x3.size(0);
+  d.d1 = x3.size(1);
+  d.d2 = x3.size(2);
+  d.d3 = v3.size(2);
+  for (int i = 0; i < 3; ++i) {
+    d.x_strides[i] = x3.stride(i);
+    d.v_strides[i] = v3.stride(i);
+  }
+  d.dtype = x3.scalar_type();
+  d.device = x3.device().type();
+  if (x3.is_cuda()) {
+    d.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+#ifdef SOFTMAX_EXT_WITH_CUDA
+    d.arch = cuda::device_arch(x3.get_device());
+#endif
+  }
+  return d;
+}
+
+void raise(const Status& s) {
+  if (s.code == Code::kUnsupported) TORCH_CHECK_NOT_IMPLEMENTED(false, kOp, ": ", s.message);
+  TORCH_CHECK_VALUE(false, kOp, ": ", s.message);
+}
+
+Plan make_plan(const Descriptor& d, bool backward) {
+  Plan p;
+  const Status s = select(d, backward, &p);
+  if (!s.ok()) raise(s);
+  return p;
+}
+
+std::vector<int64_t> out_shape(const at::Tensor& x, const at::Tensor& v) {
+  std::vector<int64_t> s(x.sizes().begin(), x.sizes().end() - 1);
+  s.push_back(v.size(-1));
+  return s;
+}
+
+#ifdef SOFTMAX_EXT_WITH_CUDA
+std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at::Tensor v3) {
+  // The kernel needs unit stride along d2 / d3: other layouts are copied here
+  // (the only copy besides as_3d's), and the plan is made again for the copy.
+  if (x3.stride(2) != 1) x3 = x3.contiguous();
+  if (v3.stride(2) != 1) v3 = v3.contiguous();
+  Descriptor d = describe(x3, v3);
+  Status s = can_implement(plan, d, x3.data_ptr(), v3.data_ptr());
+  if (!s.ok()) {
+    x3 = x3.contiguous();
+    v3 = v3.contiguous();
+    d = describe(x3, v3);
+    s = can_implement(plan, d, x3.data_ptr(), v3.data_ptr());
+    if (!s.ok()) raise(s);
+  }
+  at::Tensor out = at::empty({d.batch, d.d1, d.d3}, x3.options());
+  at::Tensor lse = at::empty({d.batch, d.d1}, x3.options().dtype(at::kFloat));
+  if (lse.numel() == 0) return {out, lse};
+  if (d.d3 == 0) return blocked_forward(x3, v3, plan.bk);  // no output to compute, only lse
+  if (d.d2 == 0) return {out.zero_(), lse.fill_(-std::numeric_limits<float>::infinity())};
+  cuda::Args a;
+  a.x = x3.data_ptr();
+  a.v = v3.data_ptr();
+  a.out = out.data_ptr();
+  a.lse = lse.data_ptr<float>();
+  a.batch = d.batch;
+  a.d1 = d.d1;
+  a.d2 = d.d2;
+  a.d3 = d.d3;
+  a.x_batch_stride = d.x_strides[0];
+  a.x_row_stride = d.x_strides[1];
+  a.v_batch_stride = d.v_strides[0];
+  a.v_row_stride = d.v_strides[1];
+  switch (d.dtype) {
+    case at::kBFloat16: cuda::launch_bf16(a, plan.bm / 16, plan.bn); break;
+    case at::kHalf: cuda::launch_f16(a, plan.bm / 16, plan.bn); break;
+    default: cuda::launch_f32(a, plan.bm / 16, plan.bn, plan.math == Math::kExactF32); break;
+  }
+  return {out, lse};
+}
+#endif
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, const at::Tensor& v) {
+  check_args(kOp, x, v);
+  const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
+  const Plan plan = make_plan(describe(x3, v3), false);
+  at::Tensor out, lse;
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (plan.kernel == Kernel::kCudaMma) std::tie(out, lse) = run_cuda(plan, x3, v3);
+#endif
+  if (plan.kernel == Kernel::kBlocked) std::tie(out, lse) = blocked_forward(x3, v3, plan.bk);
+  std::vector<int64_t> lse_shape(x.sizes().begin(), x.sizes().end() - 1);
+  return {out.reshape(out_shape(x, v)), lse.reshape(lse_shape)};
+}
+
+std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& grad_out, const at::Tensor& x,
+                                                           const at::Tensor& v, const at::Tensor& out,
+                                                           const at::Tensor& lse) {
+  const char* op = "softmax_ext.softmax_matmul (backward)";
+  check_args(op, x, v);
+  const auto expect = out_shape(x, v);
+  TORCH_CHECK_VALUE(grad_out.sizes() == c10::IntArrayRef(expect) && out.sizes() == grad_out.sizes(), op,
+                    ": grad_output has shape ", shape_str(grad_out), " and output ", shape_str(out),
+                    "; both must have shape ", c10::IntArrayRef(expect));
+  TORCH_CHECK_VALUE(grad_out.device() == x.device() && out.device() == x.device() && lse.device() == x.device(),
+                    op, ": grad_output, output and lse must be on x's device ", x.device());
+  const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
+  const Plan plan = make_plan(describe(x3, v3), true);
+  at::Tensor go = as_3d(grad_out.to(x.scalar_type())), o3 = as_3d(out);
+  at::Tensor l2 = lse.reshape({x3.size(0), x3.size(1)});
+  auto [dx, dv] = blocked_backward(go, x3, v3, o3, l2, plan.bk);
+  return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
+}
+
+at::Tensor softmax_matmul(const at::Tensor& x, const at::Tensor& v) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("softmax_ext::_softmax_matmul_forward", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>();
+  return std::get<0>(op.call(x, v));
+}
+
+std::tuple<std::string, int64_t, bool, std::string, std::string, std::vector<int64_t>, std::vector<int64_t>>
+plan_info(const at::Tensor& x, const at::Tensor& v, bool backward) {
+  check_args("softmax_ext.plan", x, v);
+  const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
+  const Descriptor d = describe(x3, v3);
+  const Plan p = make_plan(d, backward);
+  return {p.name, p.workspace_bytes, p.deterministic, c10::toString(p.accumulator), math_name(p.math),
+          {p.bm, p.bn, p.bk}, {d.batch, d.d1, d.d2, d.d3}};
+}
+
+TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  m.def("softmax_matmul(Tensor x, Tensor v) -> Tensor", tags);
+  m.def("_softmax_matmul_forward(Tensor x, Tensor v) -> (Tensor, Tensor)", tags);
+  m.def("_softmax_matmul_backward(Tensor grad_output, Tensor x, Tensor v, Tensor output, Tensor lse)"
+        " -> (Tensor, Tensor)",
+        tags);
+  m.def("_softmax_matmul_plan(Tensor x, Tensor v, bool backward) -> (str, int, bool, str, str, int[], int[])",
+        &plan_info);
+}
+
+TORCH_LIBRARY_IMPL(softmax_ext, CompositeImplicitAutograd, m) { m.impl("softmax_matmul", &softmax_matmul); }
+
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+  m.impl("_softmax_matmul_forward", &softmax_matmul_forward);
+  m.impl("_softmax_matmul_backward", &softmax_matmul_backward);
+}
+
+#ifdef SOFTMAX_EXT_WITH_CUDA
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
+  m.impl("_softmax_matmul_forward", &softmax_matmul_forward);
+  m.impl("_softmax_matmul_backward", &softmax_matmul_backward);
+}
+#endif
+
+}  // namespace softmax_ext::smm

@@ -1,0 +1,117 @@
+// select / can_implement / workspace_size for softmax_matmul (see plan.h).
+#include "softmax_matmul/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace softmax_ext::smm {
+
+const char* math_name(Math m) {
+  switch (m) {
+    case Math::kExactF32: return "exact-f32";
+    case Math::kTF32: return "tf32";
+    case Math::kHalfF32Acc: return "16-bit-f32-acc";
+    case Math::kF64: return "f64";
+    case Math::kF32: return "f32";
+  }
+  return "?";
+}
+
+static const char* tag(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "f32";
+    case c10::ScalarType::Half: return "f16";
+    case c10::ScalarType::BFloat16: return "bf16";
+    case c10::ScalarType::Double: return "f64";
+    default: return "?";
+  }
+}
+
+int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
+  // Temporaries of (rows, block) elements: ~4M on CPU (cache-sized steps and
+  // O(rows) memory), ~32M on CUDA (large enough GEMMs for cuBLAS).
+  const int64_t budget = cuda ? (int64_t{1} << 25) : (int64_t{1} << 22);
+  int64_t cols = budget / std::max<int64_t>(rows, 1);
+  cols = std::max<int64_t>(64, std::min<int64_t>(cols, backward ? 2048 : 4096));
+  return std::min<int64_t>(cols, std::max<int64_t>(d2, 1));
+}
+
+Status select(const Descriptor& d, bool backward, Plan* plan) {
+  using c10::ScalarType;
+  const bool supported = d.dtype == ScalarType::Float || d.dtype == ScalarType::Half ||
+                         d.dtype == ScalarType::BFloat16 || d.dtype == ScalarType::Double;
+  if (!supported) {
+    return {Code::kUnsupported, std::string("dtype ") + c10::toString(d.dtype) +
+                                    " is not supported; accepted: float32, float16, bfloat16, float64"};
+  }
+  Plan p;
+  p.accumulator = d.dtype == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+  const bool cuda = d.device == c10::DeviceType::CUDA;
+  const bool f32 = d.dtype == ScalarType::Float;
+  if (d.dtype == ScalarType::Double) p.math = Math::kF64;
+  else if (d.dtype != ScalarType::Float) p.math = Math::kHalfF32Acc;
+  else p.math = (cuda && d.allow_tf32) ? Math::kTF32 : (cuda ? Math::kExactF32 : Math::kF32);
+
+  const bool tensor_cores = cuda && !backward && d.dtype != ScalarType::Double && d.arch >= 80;
+#ifndef SOFTMAX_EXT_WITH_CUDA
+  (void)tensor_cores;
+  if (false) {
+#else
+  if (tensor_cores) {
+#endif
+    p.kernel = Kernel::kCudaMma;
+    // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
+    // from L2, so flops per byte grow with both tile sides.
+    int warps = 8;
+    // (8 warps, 128) measured best on H100 at d3 = 512 (bf16 182 TFLOP/s
+    // against 147 for 256 columns, which spills, and 145 for 4 warps).
+    int bn = d.d3 <= 64 ? 64 : 128;
+    if (const char* env = std::getenv("SOFTMAX_EXT_SMM_TILE")) {  // "warps,bn": benchmarking only
+      int w = 0, n = 0;
+      if (std::sscanf(env, "%d,%d", &w, &n) == 2 && (w == 4 || w == 8) && (n == 64 || n == 128 || n == 256)) {
+        warps = w;
+        bn = w == 4 ? 128 : (p.math == Math::kExactF32 && n == 256 ? 128 : n);
+      }
+    }
+    p.bm = 16 * warps;
+    p.bn = bn;
+    p.bk = f32 ? 32 : 64;
+    const char* variant = f32 ? (d.allow_tf32 ? "tf32" : "3xtf32") : tag(d.dtype);
+    p.name = std::string("cuda.mma_sync.") + variant + "." + std::to_string(p.bm) + "x" +
+             std::to_string(p.bn) + "x" + std::to_string(p.bk);
+  } else {
+    p.kernel = Kernel::kBlocked;
+    p.bm = static_cast<int>(std::min<int64_t>(d.d1, INT32_MAX));
+    p.bn = static_cast<int>(std::min<int64_t>(d.d3, INT32_MAX));
+    p.bk = static_cast<int>(blocked_columns(d.batch * d.d1, d.d2, cuda, backward));
+    p.name = std::string(cuda ? "cuda" : "cpu") + ".blocked_aten" + (backward ? ".backward." : ".") +
+             tag(d.dtype);
+    if (cuda && d.dtype == ScalarType::Double) p.math = Math::kF64;
+  }
+  p.workspace_bytes = workspace_size(p, d);
+  *plan = std::move(p);
+  return {};
+}
+
+Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v) {
+  if (plan.kernel != Kernel::kCudaMma) return {};
+  // The kernel reads columns with unit stride (x along d2, v along d3); other
+  // strides are vectorised only where 16-byte aligned, which the kernel checks
+  // itself per row (tails and unaligned rows take element loads).
+  if (d.x_strides[2] != 1 || d.v_strides[2] != 1) {
+    return {Code::kUnsupported, "the tensor-core kernel needs unit stride along d2 (x) and d3 (v)"};
+  }
+  if (reinterpret_cast<uintptr_t>(x) % 4 != 0 || reinterpret_cast<uintptr_t>(v) % 4 != 0) {
+    return {Code::kUnsupported, "the tensor-core kernel needs 4-byte aligned x and v"};
+  }
+  const int64_t lim = int64_t{1} << 31;
+  if (d.d1 >= lim || d.d2 >= lim || d.d3 >= lim || d.batch >= 65536 * 1024) {
+    return {Code::kUnsupported, "sizes beyond the kernel's 32-bit grid"};
+  }
+  return {};
+}
+
+int64_t workspace_size(const Plan&, const Descriptor&) { return 0; }
+
+}  // namespace softmax_ext::smm

@@ -1,0 +1,76 @@
+// softmax_matmul's plan, after the plan design of the softmax ops (plan/plan.h):
+//
+//   describe()        x (..., d1, d2), v (..., d2, d3) -> Descriptor (batch, sizes,
+//                     strides of the flattened 3-d views, dtype, device, TF32, arch)
+//   select()          Descriptor -> Plan (kernel, tile, accumulator, math mode), or
+//                     Unsupported (NotImplementedError) / InvalidProblem (ValueError)
+//   can_implement()   the concrete pointers and strides against the plan's tile
+//   workspace_size()  scratch bytes (0: the kernels need none)
+//   run               ops.cpp: the tensor-core kernel (cuda_launch.h) or the
+//                     blocked ATen loop (blocked.h)
+//
+// Kept apart from csrc/plan/ so that the softmax families are untouched.
+#pragma once
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+
+namespace softmax_ext::smm {
+
+enum class Code : uint8_t { kSuccess, kUnsupported, kInvalidProblem };
+
+struct Status {
+  Code code = Code::kSuccess;
+  std::string message;
+  bool ok() const { return code == Code::kSuccess; }
+};
+
+// The problem after flattening the leading dims into one batch dim.
+struct Descriptor {
+  int64_t batch = 1, d1 = 0, d2 = 0, d3 = 0;
+  int64_t x_strides[3] = {0, 0, 1};  // batch, row (d1), column (d2)
+  int64_t v_strides[3] = {0, 0, 1};  // batch, row (d2), column (d3)
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  c10::DeviceType device = c10::DeviceType::CPU;
+  bool allow_tf32 = false;  // torch.backends.cuda.matmul.allow_tf32 at the call
+  int arch = 0;             // compute capability * 10 (CUDA), 0 on CPU
+};
+
+enum class Kernel : uint8_t {
+  kBlocked,     // ATen matmuls on blocks of d2, online max/sum (CPU; CUDA float64)
+  kCudaMma,     // mma.sync tensor cores, one CTA per (batch, 64 rows, BN columns)
+};
+
+enum class Math : uint8_t {
+  kExactF32,    // float32-accurate (CUDA: 3xTF32 split on tensor cores)
+  kTF32,        // TF32 tensor cores, f32 accumulation
+  kHalfF32Acc,  // f16 / bf16 operands, f32 accumulation
+  kF64,         // float64 throughout
+  kF32,         // float32 ATen matmuls (CPU)
+};
+
+const char* math_name(Math m);
+
+struct Plan {
+  Kernel kernel = Kernel::kBlocked;
+  Math math = Math::kF32;
+  std::string name;  // stable, e.g. "cuda.mma_sync.bf16.64x128x64"
+  int bm = 0, bn = 0, bk = 0;  // rows of d1, columns of d3, columns of d2 per step
+  c10::ScalarType accumulator = c10::ScalarType::Float;
+  bool deterministic = true;
+  int64_t workspace_bytes = 0;
+};
+
+// Blocked (ATen) loop: columns of d2 per step, bounded so that the
+// (batch, d1, block) temporaries stay near `budget` elements.
+int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward);
+
+Status select(const Descriptor& d, bool backward, Plan* plan);
+// Pointers are those of the (flattened) x and v the kernel would read.
+Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v);
+int64_t workspace_size(const Plan& plan, const Descriptor& d);
+
+}  // namespace softmax_ext::smm

@@ -1,0 +1,97 @@
+"""softmax_matmul: softmax(x, -1) @ v without the (d1, d2) probability matrix.
+
+The C++ side (csrc/softmax_matmul/) registers three ops: the public
+``softmax_matmul(x, v) -> out`` (CompositeImplicitAutograd, it calls the next
+one), ``_softmax_matmul_forward(x, v) -> (out, lse)`` (the kernels; lse is the
+row log-sum-exp the backward recomputes P from) and
+``_softmax_matmul_backward(dO, x, v, out, lse) -> (dx, dv)``. This module adds
+their fake kernels (same validation and output layout as ops.cpp), the
+autograd formula of the forward op (so the public op and torch.compile
+differentiate through it) and the wrapper ``softmax_ext.softmax_matmul``.
+Double backward raises NotImplementedError.
+"""
+
+import torch
+
+_ops = torch.ops.softmax_ext
+_OP = "softmax_ext.softmax_matmul"
+_SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _check(op: str, x: torch.Tensor, v: torch.Tensor) -> None:
+    if x.device != v.device:
+        raise ValueError(f"{op}: x is on {x.device} but v is on {v.device}; both must be on the same device")
+    if x.dtype != v.dtype:
+        raise ValueError(f"{op}: x has dtype {x.dtype} but v has dtype {v.dtype}; both must have the same dtype")
+    if x.dtype not in _SUPPORTED:
+        raise NotImplementedError(
+            f"{op}: dtype {x.dtype} is not supported; accepted: float32, float16, bfloat16, float64"
+        )
+    if x.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            f"{op}: x {list(x.shape)} and v {list(v.shape)} must have at least 2 dimensions: "
+            "x (..., d1, d2), v (..., d2, d3)"
+        )
+    if x.dim() != v.dim() or x.shape[:-2] != v.shape[:-2]:
+        raise ValueError(
+            f"{op}: x has shape {list(x.shape)} and v has shape {list(v.shape)}; "
+            "their leading dimensions must be equal (no broadcasting)"
+        )
+    if x.shape[-1] != v.shape[-2]:
+        raise ValueError(
+            f"{op}: x has shape {list(x.shape)} and v has shape {list(v.shape)}; "
+            "x.size(-1) (d2) must equal v.size(-2)"
+        )
+
+
+@torch.library.register_fake("softmax_ext::_softmax_matmul_forward")
+def _forward_fake(x, v):
+    _check(_OP, x, v)
+    out = x.new_empty((*x.shape[:-1], v.shape[-1]))
+    lse_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    lse = x.new_empty(x.shape[:-1], dtype=lse_dtype)
+    return out, lse
+
+
+@torch.library.register_fake("softmax_ext::_softmax_matmul_backward")
+def _backward_fake(grad_output, x, v, output, lse):
+    _check(f"{_OP} (backward)", x, v)
+    return x.new_empty(x.shape), v.new_empty(v.shape)
+
+
+def _setup(ctx, inputs, output):
+    x, v = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(x, v, out, lse)
+
+
+def _grad(ctx, grad_out, _grad_lse):
+    x, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        return None, None
+    dx, dv = _ops._softmax_matmul_backward.default(grad_out, x, v, out, lse)
+    return (dx if ctx.needs_input_grad[0] else None), (dv if ctx.needs_input_grad[1] else None)
+
+
+def _setup_backward(ctx, inputs, output):
+    pass
+
+
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError(
+        f"{_OP}: double backward is not supported (the backward op has no derivative of its own)"
+    )
+
+
+torch.library.register_autograd("softmax_ext::_softmax_matmul_forward", _grad, setup_context=_setup)
+torch.library.register_autograd(
+    "softmax_ext::_softmax_matmul_backward", _no_double_backward, setup_context=_setup_backward
+)
+
+
+def softmax_matmul(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """softmax(x, -1) @ v for x (..., d1, d2) and v (..., d2, d3) with equal
+    leading dims, never materialising softmax(x). float32 on CUDA follows
+    torch.backends.cuda.matmul.allow_tf32 like torch.matmul."""
+    return _ops.softmax_matmul.default(x, v)

@@ -1,0 +1,310 @@
+"""softmax_matmul: softmax(x, -1) @ v against float64 torch, on CPU and CUDA.
+
+Values (each dtype; d2 not a multiple of any tile, d1 = 1, d3 = 1, d3 not a
+multiple of 8, batch rank 0/1/2, randn * 30, -inf entries, strided inputs),
+errors, gradients (gradcheck in float64, the 16-bit and f32 gradients against
+float64), opcheck, torch.compile (dynamic shapes, backward), determinism, the
+plan and CUDA-graph capture. TF32 tolerances apply only while TF32 is on.
+"""
+
+import contextlib
+
+import pytest
+import torch
+
+from conftest import DEVICES, HAS_CUDA, dtype_id, make_generator, requires_cuda
+
+import softmax_ext
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+# (atol, rtol) against float64 on inputs already rounded to the dtype. On CUDA
+# P is rounded to the operand type before the tensor-core product (like any
+# 16-bit attention kernel); a bf16 P costs ~2^-8 relative.
+TOL = {
+    torch.float64: dict(atol=1e-10, rtol=1e-9),
+    torch.float32: dict(atol=2e-5, rtol=2e-5),
+    torch.float16: dict(atol=2e-3, rtol=4e-3),
+    torch.bfloat16: dict(atol=1.6e-2, rtol=3e-2),
+}
+TF32_TOL = dict(atol=4e-3, rtol=8e-3)
+
+# (batch dims, d1, d2, d3): no d2 is a multiple of a tile (32 / 64), d1 = 1,
+# d3 = 1, d3 not a multiple of 8, batch rank 0 / 1 / 2, d1 past one 64-row block.
+SHAPES = [
+    ((), 1, 37, 5),
+    ((3,), 33, 130, 1),
+    ((2, 3), 70, 77, 13),
+    ((2,), 17, 300, 129),
+    ((), 65, 1000, 64),
+]
+
+
+def randn(shape, dtype, device, seed, scale=1.0):
+    g = make_generator(seed)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype=dtype, device=device)
+
+
+def reference(x, v):
+    return torch.softmax(x.double(), -1) @ v.double()
+
+
+@contextlib.contextmanager
+def tf32(enabled):
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def tol_for(dtype, device):
+    if dtype == torch.float32 and device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return TF32_TOL
+    return TOL[dtype]
+
+
+def check(x, v, scale_note=""):
+    out = softmax_ext.softmax_matmul(x, v)
+    assert out.shape == (*x.shape[:-1], v.shape[-1]) and out.dtype == x.dtype and out.device == x.device
+    assert out.is_contiguous()
+    ref = reference(x, v)
+    torch.testing.assert_close(out.double(), ref, equal_nan=True, **tol_for(x.dtype, x.device.type),
+                               msg=lambda m: f"{scale_note} {x.dtype} {tuple(x.shape)} @ {tuple(v.shape)}: {m}")
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}-{s[1]}x{s[2]}x{s[3]}")
+@pytest.mark.parametrize("device", DEVICES)
+def test_values(device, dtype, shape):
+    batch, d1, d2, d3 = shape
+    x = randn((*batch, d1, d2), dtype, device, 1, scale=3.0)
+    v = randn((*batch, d2, d3), dtype, device, 2)
+    check(x, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_magnitude_and_neg_inf(device, dtype):
+    x = randn((2, 40, 200), torch.float64, "cpu", 3, scale=30.0)
+    x[0, 3, ::3] = -float("inf")  # some -inf entries
+    x[1, 5, :150] = -float("inf")  # -inf over whole leading tiles, finite later
+    x[1, 7, :] = -float("inf")  # a row all -inf -> NaN like softmax(x) @ v
+    x = x.to(dtype=dtype, device=device)
+    v = randn((2, 200, 24), dtype, device, 4)
+    out = check(x, v, "randn*30")
+    assert torch.isnan(out[1, 7]).all() and not torch.isnan(out[1, 6]).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_and_d2_zero(device):
+    x = torch.empty(3, 5, 0, device=device)
+    v = torch.empty(3, 0, 7, device=device)
+    out = softmax_ext.softmax_matmul(x, v)
+    assert out.shape == (3, 5, 7) and (out == 0).all()
+    assert softmax_ext.softmax_matmul(torch.empty(0, 4, device=device), torch.ones(4, 3, device=device)).shape == (0, 3)
+    assert softmax_ext.softmax_matmul(torch.ones(2, 4, device=device), torch.ones(4, 0, device=device)).shape == (2, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_inputs(device):
+    x = randn((3, 300, 40), torch.float32, device, 5).transpose(-1, -2)  # (3, 40, 300), d2 strided
+    v = randn((3, 24, 300), torch.float32, device, 6).transpose(-1, -2)[..., ::2]  # (3, 300, 12), strided
+    x2 = randn((40, 4, 300), torch.float32, device, 7).transpose(0, 1)  # batch and rows swapped
+    v2 = randn((300, 4, 9), torch.float32, device, 8).transpose(0, 1)
+    with tf32(False):
+        check(x, v)
+        check(x2, v2)
+
+
+def test_cpu_many_blocks():
+    x = randn((2, 4096, 700), torch.float32, "cpu", 9, scale=5.0)
+    v = randn((2, 700, 8), torch.float32, "cpu", 10)
+    p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+    assert p.tile[2] < 700, p  # the loop really takes several blocks of d2
+    check(x, v)
+
+
+def test_errors():
+    x, v = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    with pytest.raises(ValueError, match=r"softmax_matmul.*float32.*float64"):
+        softmax_ext.softmax_matmul(x, v.double())
+    with pytest.raises(ValueError, match=r"softmax_matmul.*\[2, 3, 4\].*\[2, 5, 5\]"):
+        softmax_ext.softmax_matmul(x, torch.randn(2, 5, 5))
+    with pytest.raises(ValueError, match="leading dimensions"):
+        softmax_ext.softmax_matmul(x, torch.randn(3, 4, 5))
+    with pytest.raises(ValueError, match="leading dimensions"):
+        softmax_ext.softmax_matmul(x, torch.randn(4, 5))  # no broadcasting
+    with pytest.raises(ValueError, match="at least 2"):
+        softmax_ext.softmax_matmul(torch.randn(4), torch.randn(4, 5))
+    with pytest.raises(NotImplementedError, match=r"softmax_matmul.*int32.*float32, float16, bfloat16, float64"):
+        softmax_ext.softmax_matmul(torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 2, dtype=torch.int32))
+    if HAS_CUDA:
+        with pytest.raises(ValueError, match=r"softmax_matmul.*cpu.*cuda"):
+            softmax_ext.softmax_matmul(x, v.cuda())
+
+
+def _grads(x, v, go):
+    x = x.detach().requires_grad_()
+    v = v.detach().requires_grad_()
+    out = softmax_ext.softmax_matmul(x, v)
+    dx, dv = torch.autograd.grad(out, (x, v), go)
+    return dx, dv
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_values(device, dtype):
+    x = randn((2, 37, 150), dtype, device, 11, scale=3.0)
+    v = randn((2, 150, 19), dtype, device, 12)
+    go = randn((2, 37, 19), dtype, device, 13)
+    dx, dv = _grads(x, v, go)
+    x64 = x.double().requires_grad_()
+    v64 = v.double().requires_grad_()
+    rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+    assert dx.dtype == dtype and dv.dtype == dtype and dx.shape == x.shape and dv.shape == v.shape
+    tol = {torch.float64: dict(atol=1e-10, rtol=1e-8), torch.float32: dict(atol=1e-4, rtol=1e-4),
+           torch.float16: dict(atol=4e-3, rtol=1e-2), torch.bfloat16: dict(atol=3e-2, rtol=5e-2)}[dtype]
+    if dtype == torch.float32 and device == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        tol = dict(atol=1e-2, rtol=2e-2)
+    torch.testing.assert_close(dx.double(), rx, **tol)
+    torch.testing.assert_close(dv.double(), rv, **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = randn((2, 5, 9), torch.float64, device, 14, scale=2.0).requires_grad_()
+    v = randn((2, 9, 3), torch.float64, device, 15).requires_grad_()
+    assert torch.autograd.gradcheck(softmax_ext.softmax_matmul, (x, v))
+    x1 = randn((5, 9), torch.float64, device, 16).requires_grad_()  # batch rank 0, x only
+    v1 = randn((9, 3), torch.float64, device, 17)
+    assert torch.autograd.gradcheck(softmax_ext.softmax_matmul, (x1, v1))
+
+
+def test_double_backward_raises():
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    (dx,) = torch.autograd.grad(softmax_ext.softmax_matmul(x, v).sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="double backward"):
+        dx.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    for dtype in (torch.float32, torch.bfloat16):
+        x = randn((2, 7, 45), dtype, device, 18).requires_grad_()
+        v = randn((2, 45, 6), dtype, device, 19).requires_grad_()
+        torch.library.opcheck(torch.ops.softmax_ext._softmax_matmul_forward.default, (x, v))
+        torch.library.opcheck(torch.ops.softmax_ext.softmax_matmul.default, (x, v))
+    x = randn((7, 45), torch.float32, device, 20)
+    v = randn((45, 6), torch.float32, device, 21)
+    out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    torch.library.opcheck(torch.ops.softmax_ext._softmax_matmul_backward.default,
+                          (torch.ones_like(out), x, v, out, lse))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_dynamic_with_backward(device):
+    torch._dynamo.reset()
+
+    def f(x, v):
+        return softmax_ext.softmax_matmul(x * 2, v).sum(-1)
+
+    cf = torch.compile(f, fullgraph=True, dynamic=True)
+    for d1, d2 in ((5, 33), (9, 70)):
+        x = randn((2, d1, d2), torch.float32, device, 22).requires_grad_()
+        v = randn((2, d2, 4), torch.float32, device, 23).requires_grad_()
+        with tf32(False):
+            y = cf(x, v)
+            y.sum().backward()
+            torch.testing.assert_close(y, f(x, v), atol=1e-5, rtol=1e-5)
+            gx, gv = torch.autograd.grad(f(x, v).sum(), (x, v))
+        torch.testing.assert_close(x.grad, gx, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v.grad, gv, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic(device):
+    x = randn((3, 70, 333), torch.bfloat16, device, 24, scale=4.0).requires_grad_()
+    v = randn((3, 333, 40), torch.bfloat16, device, 25).requires_grad_()
+    go = randn((3, 70, 40), torch.bfloat16, device, 26)
+    a = softmax_ext.softmax_matmul(x, v)
+    b = softmax_ext.softmax_matmul(x, v)
+    assert torch.equal(a, b)
+    g1, g2 = _grads(x, v, go), _grads(x, v, go)
+    assert torch.equal(g1[0], g2[0]) and torch.equal(g1[1], g2[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_plan(device):
+    x = torch.randn(2, 3, 100, 200, device=device)
+    v = torch.randn(2, 3, 200, 48, device=device)
+    p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+    assert p.problem == softmax_ext.plan.__globals__["MatmulProblem"](6, 100, 200, 48)
+    assert p.deterministic and p.workspace_size == 0 and p.accumulator == torch.float32
+    if device == "cpu":
+        assert p.kernel == "cpu.blocked_aten.f32" and p.math == "f32"
+    else:
+        with tf32(True):
+            assert softmax_ext.plan(x, kind="softmax_matmul", v=v).math == "tf32"
+        with tf32(False):
+            p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+            assert p.math == "exact-f32" and p.kernel.startswith("cuda.mma_sync.3xtf32"), p
+        pb = softmax_ext.plan(x.bfloat16(), kind="softmax_matmul", v=v.bfloat16())
+        assert pb.math == "16-bit-f32-acc" and pb.kernel.startswith("cuda.mma_sync.bf16") and pb.tile == (128, 64, 64)
+    pd = softmax_ext.plan(x.double(), kind="softmax_matmul", v=v.double(), backward=True)
+    assert pd.accumulator == torch.float64 and pd.math == "f64" and "backward" in pd.kernel
+    with pytest.raises(ValueError, match="v="):
+        softmax_ext.plan(x, kind="softmax_matmul")
+
+
+@requires_cuda
+@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1)])
+def test_cuda_exact_f32_within_naive_bound(shape):
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), torch.float32, "cuda", 27, scale=30.0)
+    v = randn((b, d2, d3), torch.float32, "cuda", 28)
+    ref = reference(x, v)
+    with tf32(False):
+        ours = softmax_ext.softmax_matmul(x, v).double()
+        naive = (torch.softmax(x, -1) @ v).double()
+    err, err_naive = (ours - ref).abs().max().item(), (naive - ref).abs().max().item()
+    assert err <= 2 * err_naive + 1e-6, (err, err_naive)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=dtype_id)
+def test_cuda_tf32_and_big(dtype):
+    x = randn((3, 200, 3000), dtype, "cuda", 29, scale=3.0)
+    v = randn((3, 3000, 300), dtype, "cuda", 30)
+    with tf32(True):
+        check(x, v, "tf32 on")
+    with tf32(False):
+        check(x, v, "tf32 off")
+
+
+@requires_cuda
+def test_cuda_unaligned_and_offset_views():
+    base = randn((2, 50, 301), torch.bfloat16, "cuda", 31)
+    x = base[:, :, 1:]  # rows start at odd offsets: element loads
+    v = randn((2, 300, 75), torch.bfloat16, "cuda", 32)[:, :, 3:]
+    check(x, v)
+
+
+@requires_cuda
+def test_cuda_graph_capture():
+    x = randn((2, 64, 256), torch.bfloat16, "cuda", 33)
+    v = randn((2, 256, 64), torch.bfloat16, "cuda", 34)
+    softmax_ext.softmax_matmul(x, v)  # warm up outside the graph
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = softmax_ext.softmax_matmul(x, v)
+    torch.cuda.current_stream().wait_stream(s)
+    x.copy_(randn((2, 64, 256), torch.bfloat16, "cuda", 35))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.double(), reference(x, v), **TOL[torch.bfloat16])
