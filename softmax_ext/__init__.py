@@ -16,13 +16,9 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation -e . (or run from another directory after "
         "pip install --no-build-isolation .)"
     ) from exc
-<<<<<<< HEAD
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
 from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
-=======
-from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
-from ._softmax_matmul import softmax_matmul
->>>>>>> smm
+from ._softmax_matmul import softmax_matmul  # fused softmax(x) @ v (its op bodies, fakes, autograd)
 from . import nn
 from . import distributed  # noqa: F401  (per-rank ops, DTensor rules: docs/distributed.md)
 from ._build_info import build_info
@@ -36,14 +32,11 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
-<<<<<<< HEAD
     "cross_entropy",
     "patch",
     "unpatch",
     "is_patched",
-=======
     "softmax_matmul",
->>>>>>> smm
     "plan",
     "plan_limits",
     "Plan",
