@@ -205,7 +205,13 @@ def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_p
     return rows
 
 
-_LOSS_KERNEL_MARKS = ("cross_entropy", "nll", "log_softmax", "logsumexp", "crossentropy")
+# Kernel names of the loss, forward and backward: softmax_ext's ce_forward /
+# ce_reduce / ce_backward kernels, torch's log_softmax (cunn_SoftMax... with a
+# LogSoftMax epilogue) and nll_loss kernels, inductor's fused
+# triton_*_log_softmax*_nll_loss* kernels. (Attention softmax kernels are
+# not matched: no "log" and no "nll" in their names.)
+_LOSS_KERNEL_MARKS = ("cross_entropy", "nll", "log_softmax", "logsoftmax", "logsumexp", "ce_forward", "ce_reduce",
+                      "ce_backward")
 
 
 def _loss_gpu_ms(step, reps=3):

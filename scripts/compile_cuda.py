@@ -29,7 +29,7 @@ def main(files):
     includes += cpp_extension.include_paths(device_type="cuda")
     torch_version = torch.__version__.split("+")[0]
     flags = [
-        os.path.join(cuda_home, "bin", "nvcc"), "-c", "-std=c++17", "-O3", "--expt-relaxed-constexpr",
+        os.path.join(cuda_home, "bin", "nvcc"), "-c", "-std=c++20", "-O3", "--expt-relaxed-constexpr",
         "-lineinfo", f"-DSOFTMAX_EXT_TORCH_VERSION={torch_version}", "-DSOFTMAX_EXT_WITH_CUDA",
         "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
         "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
