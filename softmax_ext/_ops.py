@@ -41,51 +41,47 @@ def _sharded_axis(x, dim, kind, dtype):
     return dtensor_call(x, dim, kind, dtype)
 
 
-def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """exp(x - max) / sum(exp(x - max)) along `dim`; `dtype` casts the input first."""
+# Each wrapper is one call of _forward / _backward (a call costs host time):
+# _C's direct entry point where it serves (plain tensors, eager), torch.ops
+# otherwise.
+def _forward(direct, op, kind: str, x, dim, dtype):
     if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return _C._softmax(x, dim, dtype)
-    y = _sharded_axis(x, dim, "softmax", dtype)
+        return direct(x, dim, dtype)
+    y = _sharded_axis(x, dim, kind, dtype)
     if y is not None:
         return y
     try:
-        return _softmax(x, dim, dtype)
+        return op(x, dim, dtype)
     except RuntimeError as exc:
         _raise_if_type_error(exc)
         raise
+
+
+def _backward(direct, op, grad_output, output, dim):
+    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return direct(grad_output, output, dim)
+    try:
+        return op(grad_output, output, dim)
+    except RuntimeError as exc:
+        _raise_if_type_error(exc)
+        raise
+
+
+def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """exp(x - max) / sum(exp(x - max)) along `dim`; `dtype` casts the input first."""
+    return _forward(_C._softmax, _softmax, "softmax", x, dim, dtype)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """x - max - log(sum(exp(x - max))) along `dim`; `dtype` casts the input first."""
-    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return _C._log_softmax(x, dim, dtype)
-    y = _sharded_axis(x, dim, "log_softmax", dtype)
-    if y is not None:
-        return y
-    try:
-        return _log_softmax(x, dim, dtype)
-    except RuntimeError as exc:
-        _raise_if_type_error(exc)
-        raise
+    return _forward(_C._log_softmax, _log_softmax, "log_softmax", x, dim, dtype)
 
 
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of softmax from its output y: y * (dy - sum(y * dy))."""
-    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return _C._softmax_backward(grad_output, output, dim)
-    try:
-        return _softmax_backward(grad_output, output, dim)
-    except RuntimeError as exc:
-        _raise_if_type_error(exc)
-        raise
+    return _backward(_C._softmax_backward, _softmax_backward, grad_output, output, dim)
 
 
 def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of log_softmax from its output y: dy - exp(y) * sum(dy)."""
-    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return _C._log_softmax_backward(grad_output, output, dim)
-    try:
-        return _log_softmax_backward(grad_output, output, dim)
-    except RuntimeError as exc:
-        _raise_if_type_error(exc)
-        raise
+    return _backward(_C._log_softmax_backward, _log_softmax_backward, grad_output, output, dim)

@@ -6,4 +6,5 @@
 #define CPU_CAPABILITY AVX2
 #define CPU_CAPABILITY_AVX2
 #include "cpu/x86_build.h"
+#include "cpu/kernels.h"
 #endif

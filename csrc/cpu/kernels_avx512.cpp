@@ -7,4 +7,5 @@
 #define CPU_CAPABILITY AVX512
 #define CPU_CAPABILITY_AVX512
 #include "cpu/x86_build.h"
+#include "cpu/kernels.h"
 #endif

@@ -1,6 +1,8 @@
-// The body of an x86 build of the CPU kernels (kernels_avx2.cpp,
-// kernels_avx512.cpp), which define CPU_CAPABILITY and CPU_CAPABILITY_<ISA>
-// and then include this, once, before anything else.
+// The prologue of an x86 build of CPU kernels (cpu/kernels_avx2.cpp,
+// cpu/kernels_avx512.cpp, cross_entropy/cpu_avx2.cpp, ...), which define
+// CPU_CAPABILITY and CPU_CAPABILITY_<ISA>, include the headers of their own
+// that declare the kernels' interface (read at the baseline ISA), then this,
+// once, and then their kernel bodies.
 //
 // Every .cpp of the extension is compiled with the same flags (setup.py), so
 // these TUs cannot get -mavx2 / -mavx512f. They switch the instruction set
@@ -64,5 +66,3 @@
 
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-
-#include "cpu/kernels.h"

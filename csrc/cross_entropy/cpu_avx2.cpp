@@ -5,6 +5,10 @@
 #if SOFTMAX_EXT_CPU_X86
 #define CPU_CAPABILITY AVX2
 #define CPU_CAPABILITY_AVX2
-#include "cross_entropy/cpu_isa_build.h"
+#include "cross_entropy/plan.h"
+
+#include <atomic>  // (read at the baseline ISA: see cpu/x86_build.h)
+
+#include "cpu/x86_build.h"
 #include "cross_entropy/cpu_kernels.h"
 #endif
