@@ -360,6 +360,35 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
             assert_close_verbose(local.grad, x64.grad[:, start:start + sizes[rank]], msg=f"plain {kind} backward",
                                  **BACKWARD_TOLERANCES[torch.float64])
 
+        # softmax_matmul and cross_entropy on sharded batches, rows and
+        # columns, forward and backward, against the single-process result
+        x = make_input((2, 4 * world + 1, 13), torch.float64, "cpu", seed=21).to(device)
+        v = make_input((2, 13, 2 * world + 1), torch.float64, "cpu", seed=22, scale=1.0).to(device)
+        for px, pv in [([Shard(0)], [Shard(0)]), ([Shard(1)], [Replicate()]), ([Replicate()], [Shard(2)])]:
+            what = f"softmax_matmul {px} {pv}"
+            xd = distribute_tensor(x, mesh, px).requires_grad_()
+            vd = distribute_tensor(v, mesh, pv).requires_grad_()
+            out = softmax_ext.softmax_matmul(xd, vd)
+            out.sum().backward()
+            x64, v64 = x.clone().requires_grad_(), v.clone().requires_grad_()
+            ref = torch.softmax(x64, -1) @ v64
+            ref.sum().backward()
+            assert_close_verbose(out.full_tensor(), ref.detach(), msg=what, **TOLERANCES[torch.float64])
+            assert_close_verbose(xd.grad.full_tensor(), x64.grad, msg=what + " dx", **BACKWARD_TOLERANCES[torch.float64])
+            assert_close_verbose(vd.grad.full_tensor(), v64.grad, msg=what + " dv", **BACKWARD_TOLERANCES[torch.float64])
+        logits = make_input((4 * world + 2, 11), torch.float64, "cpu", seed=23).to(device)
+        target = torch.arange(4 * world + 2, device=device) % 11
+        for reduction in ("none", "sum", "mean"):
+            what = f"cross_entropy {reduction}"
+            ld = distribute_tensor(logits, mesh, [Shard(0)]).requires_grad_()
+            loss = softmax_ext.cross_entropy(ld, distribute_tensor(target, mesh, [Shard(0)]), reduction=reduction)
+            loss.sum().backward()
+            l64 = logits.clone().requires_grad_()
+            ref = torch.nn.functional.cross_entropy(l64, target, reduction=reduction)
+            ref.sum().backward()
+            assert_close_verbose(loss.full_tensor(), ref.detach(), msg=what, **TOLERANCES[torch.float64])
+            assert_close_verbose(ld.grad.full_tensor(), l64.grad, msg=what + " grad", **BACKWARD_TOLERANCES[torch.float64])
+
         # placements that cannot be served
         p = DTensor.from_local(torch.ones(4, 6, device=device), mesh, [Partial()], run_check=False)
         with pytest.raises(NotImplementedError, match="Partial"):

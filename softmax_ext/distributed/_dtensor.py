@@ -27,7 +27,7 @@ with v Replicate, all Replicate.
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.experimental import register_sharding
 
 from . import _exchange
@@ -124,15 +124,77 @@ def _register_all() -> None:
     register_rule("softmax_normalize", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_args=(1,)))
     register_rule("softmax_backward_stats", rowwise_rule(tensor_args=(0, 1), dim_arg=2, reduced_output=True))
     register_rule("softmax_backward_normalize", rowwise_rule(tensor_args=(0, 1, 2), dim_arg=3, reduced_args=(2,)))
-    # Hook: ops written later (cross_entropy, softmax_matmul) get their rule
-    # here, one line each, guarded while they may be absent, e.g.
-    #   if hasattr(_ops, "softmax_matmul"): register_rule("softmax_matmul", softmax_matmul_rule)
-    # Autograd runs below DTensor's dispatch, so the ops that an op's
-    # autograd formula calls need rules too: softmax_matmul's
-    # _softmax_matmul_forward -> (out, lse) and _softmax_matmul_backward;
-    # cross_entropy's _cross_entropy_forward -> (loss, lse, total_weight) and
-    # _cross_entropy_backward (outputs=2 or 3; a "sum" loss or total_weight
-    # over a sharded batch is Partial(), a "mean" loss needs Replicate).
+    # Autograd runs above DTensor's dispatch, so the ops that the public
+    # softmax_matmul and cross_entropy decompose into (and their autograd
+    # formulas call) carry the rules.
+    register_rule("_softmax_matmul_forward", _softmax_matmul_forward_rule)
+    register_rule("_softmax_matmul_backward", _softmax_matmul_backward_rule)
+    register_rule("_cross_entropy_forward", _cross_entropy_forward_rule)
+    register_rule("_cross_entropy_backward", _cross_entropy_backward_rule)
+
+
+def _batch_dims(spec) -> int:
+    return len(spec.shape) - 2
+
+
+def _softmax_matmul_forward_rule(op: str, x, v) -> List:
+    """x (..., d1, d2), v (..., d2, d3) -> out (..., d1, d3), lse (..., d1):
+    Replicate; the same Shard of a leading dim everywhere; x, out and lse
+    sharded along d1 with v replicated; v and out sharded along d3 with x
+    and lse replicated (lse depends on x alone). d2, the softmax axis, is
+    never sharded here."""
+    nb = _batch_dims(x)
+    check_placements(op, [x, v], [nb + 1, nb])
+    R = Replicate()
+    entries = [([R, R], [R, R])]
+    entries += [([Shard(b), Shard(b)], [Shard(b), Shard(b)]) for b in range(nb)]
+    entries.append(([Shard(nb), Shard(nb)], [Shard(nb), R]))
+    entries.append(([Shard(nb + 1), R], [R, Shard(nb + 1)]))
+    return entries
+
+
+def _softmax_matmul_backward_rule(op: str, grad_output, x, v, output, lse) -> List:
+    """(dO, x, v, out, lse) -> (dx, dv): Replicate; a Shard of a leading dim
+    everywhere; d1 sharded (dO, x, out, lse) with v replicated, where dv sums
+    over d1 and is Partial."""
+    nb = _batch_dims(x)
+    check_placements(op, [grad_output, x, v, output, lse], [None, nb + 1, nb, None, None])
+    R = Replicate()
+    entries = [([R, R], [R] * 5)]
+    entries += [([Shard(b), Shard(b)], [Shard(b)] * 5) for b in range(nb)]
+    entries.append(([Shard(nb), Partial()], [Shard(nb), Shard(nb), R, Shard(nb), Shard(nb)]))
+    return entries
+
+
+def _cross_entropy_forward_rule(op: str, logits, target, weight, ignore_index, reduction, label_smoothing,
+                                inplace_backward) -> List:
+    """(logits (N, C), target (N), weight (C)?) -> (loss, lse (N), total
+    weight ()): Replicate; or the rows sharded, where a "none" loss is
+    sharded like them and a "sum" loss and the total weight are Partial (a
+    "mean" loss, a ratio of two sums, takes Replicate). C, the softmax axis,
+    is never sharded here."""
+    check_placements(op, [logits, target], [1, None])
+    R = Replicate()
+    w = None if weight is None else R
+    entries = [([R, R, R], [R, R, w] + [None] * 4)]
+    if reduction in ("none", "sum"):
+        loss = Shard(0) if reduction == "none" else Partial()
+        entries.append(([loss, Shard(0), Partial()], [Shard(0), Shard(0), w] + [None] * 4))
+    return entries
+
+
+def _cross_entropy_backward_rule(op: str, grad_loss, logits, target, weight, lse, total_weight, ignore_index,
+                                 reduction, label_smoothing) -> List:
+    """Replicate; or the rows sharded (logits, target, lse; grad_loss too for
+    "none"), with the total weight replicated: the gradient is sharded like
+    the rows."""
+    check_placements(op, [logits, target], [1, None])
+    R = Replicate()
+    w = None if weight is None else R
+    rows = Shard(0)
+    entries = [([R], [R, R, R, w, R, R] + [None] * 3)]
+    entries.append(([rows], [rows if reduction == "none" else R, rows, rows, w, rows, R] + [None] * 3))
+    return entries
 
 
 # --------------------------------------------------------------------------
