@@ -13,12 +13,13 @@ Under torch.compile the routed calls trace to torch.ops.softmax_ext.*.
 """
 
 import functools
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from . import _ops
+from ._cross_entropy import cross_entropy
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _DEVICES = ("cpu", "cuda")
@@ -89,8 +90,6 @@ def _cross_entropy_route(original: Callable):
     @functools.wraps(original)
     def routed(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                reduction="mean", label_smoothing=0.0):
-        from . import cross_entropy
-
         if (
             size_average is None
             and reduce is None
@@ -127,12 +126,11 @@ _TARGETS = [
 _TORCH_FUNCTIONS = {label: getattr(owner, name) for owner, name, label in _TARGETS}
 
 
-def routed(label: str) -> Optional[Callable]:
-    """The routed version of torch's entry point `label` (e.g. "F.softmax"),
-    or None where softmax_ext has no op for it."""
+def routed(label: str) -> Callable:
+    """The routed version of torch's entry point `label` (e.g. "F.softmax")."""
     original = _TORCH_FUNCTIONS[label]
     if label == "F.cross_entropy":
-        return _cross_entropy_route(original) if hasattr(torch.ops.softmax_ext, "cross_entropy") else None
+        return _cross_entropy_route(original)
     ours = _ops.log_softmax if label.endswith("log_softmax") else _ops.softmax
     return _forward_routes(label, original, ours)
 
@@ -157,10 +155,8 @@ def patch() -> _Patched:
     unpatch()) or as a context manager."""
     if not _originals:
         for owner, name, label in _TARGETS:
-            function = routed(label)
-            if function is not None:
-                _originals[(owner, name)] = (getattr(owner, name), name in vars(owner))
-                setattr(owner, name, function)
+            _originals[(owner, name)] = (getattr(owner, name), name in vars(owner))
+            setattr(owner, name, routed(label))
     return _Patched()
 
 

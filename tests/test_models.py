@@ -146,8 +146,7 @@ def test_transformers_models_match_torch(arch, how, compiled):
     ops = _ops_called(lambda: run(input_ids=ids, labels=labels))
     loss, grads = _hf_loss_and_grads(run, ids, labels)
     assert "softmax_ext::softmax" in ops, sorted(o for o in ops if "softmax" in o)
-    if hasattr(torch.ops.softmax_ext, "cross_entropy"):
-        assert any(o.startswith("softmax_ext::") and "cross_entropy" in o for o in ops), sorted(ops)
+    assert any(o.startswith("softmax_ext::") and "cross_entropy" in o for o in ops), sorted(ops)
     torch.testing.assert_close(loss, loss_ref, rtol=1e-5, atol=1e-5)
     assert len(grads) == len(grads_ref)
     for g, r in zip(grads, grads_ref):

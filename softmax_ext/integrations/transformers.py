@@ -28,6 +28,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import nn as sx_nn
+from .._cross_entropy import cross_entropy
 from ..patching import routed
 
 # Modeling modules given the softmax_ext namespace: module -> its own names.
@@ -38,9 +39,7 @@ def _functional_namespace() -> types.ModuleType:
     functional = types.ModuleType("softmax_ext.integrations.transformers.functional")
     functional.__dict__.update(vars(torch.nn.functional))
     for name in ("softmax", "log_softmax", "cross_entropy"):
-        function = routed(f"F.{name}")
-        if function is not None:
-            setattr(functional, name, function)
+        setattr(functional, name, routed(f"F.{name}"))
     return functional
 
 
@@ -48,8 +47,7 @@ def _nn_namespace(functional: types.ModuleType) -> types.ModuleType:
     nn = types.ModuleType("softmax_ext.integrations.transformers.nn")
     nn.__dict__.update(vars(torch.nn))
     nn.functional = functional
-    if hasattr(sx_nn, "CrossEntropyLoss"):
-        nn.CrossEntropyLoss = sx_nn.CrossEntropyLoss
+    nn.CrossEntropyLoss = sx_nn.CrossEntropyLoss
     return nn
 
 
@@ -62,7 +60,7 @@ def _swap_module_names(module: types.ModuleType, functional, nn) -> None:
             replacements[name] = nn
         elif value is torch.nn.functional:
             replacements[name] = functional
-        elif value is torch.nn.CrossEntropyLoss and hasattr(sx_nn, "CrossEntropyLoss"):
+        elif value is torch.nn.CrossEntropyLoss:
             replacements[name] = sx_nn.CrossEntropyLoss
     if replacements:
         _swapped[module] = {name: getattr(module, name) for name in replacements}
@@ -78,8 +76,6 @@ def _modeling_modules(model: torch.nn.Module):
 def _fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: int = -100, **kwargs):
     """transformers' fixed_cross_entropy on softmax_ext: "sum" divided by
     num_items_in_batch when given, "mean" otherwise; a float32 loss."""
-    from .. import cross_entropy
-
     reduction = "sum" if num_items_in_batch is not None else "mean"
     loss = cross_entropy(source, target, ignore_index=ignore_index, reduction=reduction).float()
     if reduction == "sum":
@@ -118,14 +114,13 @@ def apply(model: torch.nn.Module) -> torch.nn.Module:
     for module in _modeling_modules(model):
         if module not in _swapped:
             _swap_module_names(module, functional, nn)
-    if hasattr(torch.ops.softmax_ext, "cross_entropy"):
-        try:
-            loss = model.loss_function
-        except (AttributeError, KeyError):
-            loss = None
-        ours = _LOSSES.get(getattr(loss, "__name__", ""))
-        if ours is not None:
-            model.loss_function = ours
+    try:
+        loss = model.loss_function
+    except (AttributeError, KeyError):
+        loss = None
+    ours = _LOSSES.get(getattr(loss, "__name__", ""))
+    if ours is not None:
+        model.loss_function = ours
     sx_nn.swap_softmax(model)
     return model
 
