@@ -151,3 +151,19 @@ def test_transformers_models_match_torch(arch, how, compiled):
     assert len(grads) == len(grads_ref)
     for g, r in zip(grads, grads_ref):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_example_train_gpt_runs(capsys):
+    """examples/train_gpt.py (a few eager steps): both curves printed and equal."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "train_gpt.py")
+    spec = importlib.util.spec_from_file_location("train_gpt", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--device", "cpu", "--steps", "3", "--batch", "4", "--no-compile"])
+    out = capsys.readouterr().out
+    assert "plain torch | softmax_ext.patch()" in out
+    diff = float(out.split("largest difference between the curves:")[1].split()[0])
+    assert diff < 1e-4, out
