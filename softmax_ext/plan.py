@@ -39,8 +39,33 @@ def plan(
     backward: bool = False,
     dtype: Optional[torch.dtype] = None,
 ) -> Plan:
-    """The plan for softmax/log_softmax of `x` along `dim` (its backward when
-    `backward`, with grad_output and output laid out like x)."""
+    """The plan for softmax/log_softmax of `x` along `dim`: which kernel would
+    run, without running it.
+
+    Args:
+        x: the input (any device, dtype, shape and strides the ops accept; a
+            meta tensor works too).
+        dim: the softmax axis, negative counts from the end (like the ops).
+        kind: ``"softmax"`` or ``"log_softmax"``.
+        backward: the plan of the backward op (``softmax_backward`` /
+            ``log_softmax_backward``) with grad_output and output laid out
+            like `x`, instead of the forward op.
+        dtype: as the ops' ``dtype=``: `x` read as if cast to it, the output
+            in that dtype (``None``: x's dtype). Changes the kernel's dtype
+            tag, e.g. ``cpu.lastdim.bf16_f32``.
+
+    Returns:
+        A :class:`Plan`: ``.kernel`` (stable name such as
+        ``"cuda.warp.f32"``, ``"cpu.lastdim_backward.bf16"``),
+        ``.workspace_size`` (bytes taken from the caching allocator),
+        ``.deterministic``, ``.accumulator`` (torch dtype of the sums) and
+        ``.problem`` (the coalesced rows x axis geometry, see
+        :class:`Problem`).
+
+    Raises the same errors as the op would for these arguments
+    (``IndexError`` for `dim`, ``NotImplementedError`` for a dtype or
+    device, ``ValueError`` for an unknown `kind`).
+    """
     kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan.default(
         x, dim, kind, backward, dtype
     )
