@@ -1,8 +1,8 @@
 """softmax_ext: the softmax family as compiled PyTorch custom ops.
 
 Importing the package loads softmax_ext._C, whose static initialisers register
-every op under torch.ops.softmax_ext; the modules below add the fake (meta)
-kernels, autograd formulas and the Python wrappers.
+every op under torch.ops.softmax_ext with its autograd; the modules below add the
+fake (meta) kernels and the Python wrappers.
 """
 
 import torch  # noqa: F401  (the extension links against libtorch)
@@ -22,7 +22,7 @@ except ImportError as exc:  # never fall back silently: there is no Python path
         "pip install --no-build-isolation .)"
     ) from exc
 _compat.check_torch_version(torch.ops.softmax_ext._build_info.default()[0])
-from . import _meta, _autograd  # noqa: F401  (fake kernels, autograd)
+from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
 from . import nn
 from ._build_info import build_info
 from ._ops import log_softmax, log_softmax_backward, softmax, softmax_backward

@@ -35,7 +35,7 @@ def _forward_fake(op: str):
     def fake(x, dim=-1, dtype=None):
         if dtype is not None and dtype not in _SUPPORTED:
             raise NotImplementedError(f"{op}: dtype={dtype} is not supported; {_ACCEPTED}")
-        if x.dtype not in _SUPPORTED and (dtype is None or x.is_complex()):
+        if x.dtype not in _SUPPORTED and dtype is None:
             raise NotImplementedError(f"{op}: input dtype {x.dtype} is not supported; {_ACCEPTED}")
         _wrap_dim(op, dim, x.dim())
         return _new_output(x, dtype if dtype is not None else x.dtype)
@@ -49,10 +49,12 @@ def _backward_fake(op: str):
             raise ValueError(f"{op}: grad_output is on {grad_output.device} but output is on {output.device}")
         if grad_output.shape != output.shape:
             raise ValueError(f"{op}: grad_output has shape {tuple(grad_output.shape)} but output has shape {tuple(output.shape)}")
-        if grad_output.dtype != output.dtype:
-            raise ValueError(f"{op}: grad_output has dtype {grad_output.dtype} but output has dtype {output.dtype}")
+        # grad_output may have another floating dtype than output (a traced
+        # backward hands one over): the result has output's dtype.
         if output.dtype not in _SUPPORTED:
-            raise NotImplementedError(f"{op}: dtype {output.dtype} is not supported; {_ACCEPTED}")
+            raise NotImplementedError(f"{op}: output dtype {output.dtype} is not supported; {_ACCEPTED}")
+        if grad_output.dtype not in _SUPPORTED:
+            raise NotImplementedError(f"{op}: grad_output dtype {grad_output.dtype} is not supported; {_ACCEPTED}")
         _wrap_dim(op, dim, output.dim())
         return _new_output(output, output.dtype)
 

@@ -234,3 +234,43 @@ def test_autograd_uses_custom_backward_ops(device):
     seen = [e.name for e in prof.events()]
     assert any("softmax_ext::softmax_backward" in n for n in seen), sorted(set(seen))[:30]
     assert not any("aten::_softmax_backward_data" in n for n in seen)
+
+
+# --------------------------------------------------------------------------
+# grad_output in another floating dtype than output (a traced backward, e.g.
+# torch.compile's, hands one over): read as it is, the maths in float32
+# (float64 if either is float64), the result in output's dtype.
+# --------------------------------------------------------------------------
+
+MIXED_PAIRS = [
+    (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.bfloat16),
+    (torch.float64, torch.float32),
+    (torch.float32, torch.float64),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pair", MIXED_PAIRS, ids=lambda p: f"dy_{dtype_id(p[0])}-y_{dtype_id(p[1])}")
+@pytest.mark.parametrize("name", BACKWARD_OPS)
+@pytest.mark.parametrize("via_op", [False, True], ids=["wrapper", "torch_ops"])
+def test_backward_mixed_dtypes(name, pair, via_op, device):
+    g_dtype, y_dtype = pair
+    fn = custom_op(name) if via_op else ours(name)
+    for shape, dim, transpose in [((6, 37), -1, False), ((5, 300), 0, True), ((3, 4, 1000), 1, False)]:
+        y = make_input(shape, torch.float64, device, seed=11, scale=0.5)
+        y = (torch.softmax(y, dim) if name == "softmax_backward" else torch.log_softmax(y, dim)).to(y_dtype)
+        dy = make_input(shape, g_dtype, device, seed=12, scale=1.0)
+        if transpose:
+            y = y.t().contiguous().t()
+        dx = fn(dy, y, dim)
+        assert dx.dtype == y_dtype and dx.shape == y.shape
+        # The reference reads both inputs exactly as given, computes in
+        # float64 and rounds once to output's dtype.
+        aten = {"softmax_backward": torch.ops.aten._softmax_backward_data,
+                "log_softmax_backward": torch.ops.aten._log_softmax_backward_data}[name]
+        expected = aten(dy.cpu().double(), y.cpu().double(), dim, torch.float64).to(y_dtype)
+        tol = BACKWARD_TOLERANCES[y_dtype]
+        assert_close_verbose(dx.cpu(), expected, msg=f"{name} dy {g_dtype} y {y_dtype} {shape}", **tol)

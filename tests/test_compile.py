@@ -103,3 +103,62 @@ def test_compile_reduce_overhead_cuda():
         for _ in range(3):
             got = compiled(x)
         torch.testing.assert_close(got, f(x), rtol=1e-5, atol=1e-6)
+
+
+def _nll_of_log_softmax(logits, target):
+    import softmax_ext
+
+    return torch.nn.functional.nll_loss(softmax_ext.log_softmax(logits, -1), target)
+
+
+def _nll_of_upcast_log_softmax(logits, target):
+    # transformers' loss: logits.float() before the loss
+    import softmax_ext
+
+    return torch.nn.functional.nll_loss(softmax_ext.log_softmax(logits.float(), -1), target)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("loss", [_nll_of_log_softmax, _nll_of_upcast_log_softmax], ids=["direct", "upcast"])
+def test_compile_16bit_loss_backward(loss, dtype, device):
+    """16-bit logits -> log_softmax -> nll_loss -> backward, compiled whole:
+    the traced backward may hand log_softmax_backward a gradient of another
+    dtype than the saved output (inductor on CUDA, aot_eager on CPU)."""
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    logits0 = make_input((16, 50), dtype, device, seed=5)
+    target = torch.randint(0, 50, (16,), device=device, generator=None)
+    a = logits0.clone().requires_grad_(True)
+    loss(a, target).backward()
+    b = logits0.clone().requires_grad_(True)
+    out = torch.compile(loss, fullgraph=True, backend=backend)(b, target)
+    out.backward()
+    torch.testing.assert_close(out, loss(logits0, target), rtol=2e-2, atol=1e-2)
+    assert b.grad.dtype == dtype
+    torch.testing.assert_close(b.grad, a.grad, rtol=2e-2, atol=1e-3)
+    ref = logits0.double().requires_grad_(True)
+    torch.nn.functional.cross_entropy(ref, target).backward()
+    torch.testing.assert_close(b.grad.double(), ref.grad, rtol=2e-2, atol=2e-3)
+
+
+def test_compiled_autograd():
+    """torch._dynamo.config.compiled_autograd traces the C++ autograd nodes."""
+    import softmax_ext
+    from torch._dynamo.utils import counters
+
+    def step(x, w):
+        loss = (softmax_ext.softmax(x, -1) * w).sum() + (softmax_ext.log_softmax(x, 0) * w).sum()
+        loss.backward()
+        return x.grad
+
+    x0 = make_input((6, 9), torch.float32, "cpu", seed=7)
+    w = make_input((6, 9), torch.float32, "cpu", seed=8, scale=1.0)
+    xe = x0.clone().requires_grad_(True)
+    expected = step(xe, w)
+    xc = x0.clone().requires_grad_(True)
+    counters.clear()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+        got = step(xc, w)
+    assert counters["compiled_autograd"]["captures"] == 1, dict(counters["compiled_autograd"])
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert expected.abs().sum() > 0

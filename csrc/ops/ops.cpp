@@ -103,10 +103,9 @@ at::Tensor check_forward(const char* op, const at::Tensor& x, std::optional<c10:
     TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(*dtype), op, ": dtype=", *dtype,
                                 " is not supported; ", kAcceptedDtypes);
   if (is_supported_dtype(x.scalar_type())) return x;
-  TORCH_CHECK_NOT_IMPLEMENTED(dtype.has_value() && !at::isComplexType(x.scalar_type()), op,
-                              ": input dtype ", x.scalar_type(), " is not supported; ", kAcceptedDtypes,
-                              " (an integer or bool input needs dtype= naming one of them)");
-  return x.to(*dtype);
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype.has_value(), op, ": input dtype ", x.scalar_type(), " is not supported; ",
+                              kAcceptedDtypes, " (an integer, bool or complex input needs dtype= naming one of them)");
+  return x.to(*dtype);  // like torch: a complex input loses its imaginary part (with torch's warning)
 }
 
 at::Tensor forward(Kind kind, const at::Tensor& x_in, int64_t dim, std::optional<c10::ScalarType> dtype) {
@@ -127,11 +126,16 @@ void check_backward(const char* op, const at::Tensor& grad, const at::Tensor& ou
                     " but output is on ", out.device(), "; both must be on one device");
   TORCH_CHECK_VALUE(grad.sizes() == out.sizes(), op, ": grad_output has shape ", grad.sizes(),
                     " but output has shape ", out.sizes(), "; the shapes must be equal");
-  TORCH_CHECK_VALUE(grad.scalar_type() == out.scalar_type(), op, ": grad_output has dtype ",
-                    grad.scalar_type(), " but output has dtype ", out.scalar_type(),
-                    "; the dtypes must be equal");
-  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(out.scalar_type()), op, ": dtype ",
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(out.scalar_type()), op, ": output dtype ",
                               out.scalar_type(), " is not supported; ", kAcceptedDtypes);
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(grad.scalar_type()), op, ": grad_output dtype ",
+                              grad.scalar_type(), " is not supported; ", kAcceptedDtypes);
+}
+
+// The dtype a backward with grad_output and output of different dtypes
+// computes in: float64 if either is float64, float32 otherwise.
+c10::ScalarType mixed_compute_dtype(const at::Tensor& grad, const at::Tensor& out) {
+  return grad.scalar_type() == at::kDouble || out.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
 // grad_input takes the layout of `output` (which has x's layout when it came
@@ -140,6 +144,14 @@ at::Tensor backward(Kind kind, const at::Tensor& grad, const at::Tensor& out, in
   const char* op = op_name(kind, Direction::Backward);
   check_backward(op, grad, out);
   const int64_t axis = wrap_dim(op, dim, out.dim());
+  if (grad.scalar_type() != out.scalar_type()) {
+    // A traced backward (torch.compile) can hand over grad_output in another
+    // dtype than output. Widening is exact, so the result is the one of a
+    // kernel reading both as they are: the maths in the compute dtype, one
+    // rounding to output's dtype.
+    const c10::ScalarType c = mixed_compute_dtype(grad, out);
+    return backward(kind, grad.to(c), out.to(c), axis).to(out.scalar_type());
+  }
   at::Tensor dx = new_output(out, out.scalar_type());
   if (dx.numel() == 0) return dx;
   const c10::ScalarType t = out.scalar_type();
