@@ -43,8 +43,8 @@ def plan(
     run, without running it.
 
     Args:
-        x: the input (any device, dtype, shape and strides the ops accept; a
-            meta tensor works too).
+        x: the input (a CPU or CUDA tensor of any dtype, shape and strides
+            the ops accept); only its metadata is read.
         dim: the softmax axis, negative counts from the end (like the ops).
         kind: ``"softmax"`` or ``"log_softmax"``.
         backward: the plan of the backward op (``softmax_backward`` /
