@@ -144,11 +144,11 @@ def write(path, rendered):
     with open(path) as f:
         text = f.read()
     for name, table in rendered.items():
-        pattern = re.compile(rf"(<!-- table:{re.escape(name)} -->\n).*?(\n<!-- /table:{re.escape(name)} -->)", re.S)
+        pattern = re.compile(rf"(<!-- table:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /table:{re.escape(name)} -->)", re.S)
         if not pattern.search(text):
             print(f"{path}: no <!-- table:{name} --> markers; left out", file=sys.stderr)
             continue
-        text = pattern.sub(lambda m: m.group(1) + table + m.group(2), text)
+        text = pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
     with open(path, "w") as f:
         f.write(text)
 
