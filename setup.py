@@ -7,6 +7,13 @@ Environment knobs:
   SOFTMAX_EXT_DEBUG     1: -O0 -g host code, -G device code
   MAX_JOBS              parallel compile jobs (ninja)
   NVCC_THREADS          nvcc --threads (default 2)
+  SOFTMAX_EXT_BUILD_DIR where compiled objects are kept between builds
+                        (default: build/<flavour> in this directory)
+
+Object files persist between builds (also for `pip install -e .`, whose own
+build directory is a fresh temporary one each time): ninja then recompiles
+only the sources that changed, and a rebuild of unchanged sources only links.
+ccache/sccache on PATH is used by torch's ninja build when present.
 """
 
 import glob
@@ -151,6 +158,42 @@ def _extension():
     return CUDAExtension(**kwargs) if WITH_CUDA else CppExtension(**kwargs)
 
 
+def _flavour():
+    """A folder name per build configuration, so CPU-only, CUDA and debug
+    builds keep their objects apart."""
+    if WITH_CUDA:
+        archs = os.environ["TORCH_CUDA_ARCH_LIST"]
+        tag = "cuda-" + "".join(c if c.isalnum() else "_" for c in archs)
+    else:
+        tag = "cpu"
+    torch_tag = torch.__version__.split("+")[0]
+    return f"temp-torch{torch_tag}-{tag}" + ("-debug" if DEBUG else "")
+
+
+class PersistentBuildExtension(BuildExtension):
+    """build_ext with a build directory that outlives the build.
+
+    setuptools gives every `pip install -e .` a fresh temporary build_temp, so
+    each install recompiled every source. Unless build_temp is named on the
+    command line (`-t`), objects go to SOFTMAX_EXT_BUILD_DIR or
+    build/<flavour>/ beside setup.py, where ninja finds them up to date next
+    time. ninja's own progress lines ([N/M] per compile step) reach the
+    console with `pip install -v` (pip hides build output otherwise)."""
+
+    def finalize_options(self):
+        explicit = "build_temp" in self.distribution.get_option_dict("build_ext")
+        super().finalize_options()
+        if not explicit:
+            base = os.environ.get("SOFTMAX_EXT_BUILD_DIR") or os.path.join(ROOT, "build")
+            self.build_temp = os.path.join(base, _flavour())
+
+    def build_extensions(self):
+        n = len(self.extensions[0].sources) if self.extensions else 0
+        print(f"softmax_ext: compiling {n} sources in {self.build_temp} (ninja reuses the objects of "
+              f"unchanged sources; progress as [step/total] lines)", file=sys.stderr, flush=True)
+        super().build_extensions()
+
+
 print(
     f"softmax_ext: building against torch {torch.__version__}, "
     + (f"CUDA kernels for TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} "
@@ -161,12 +204,14 @@ print(
 setup(
     name="softmax_ext",
     version=_version(),
-    description="Softmax, log_softmax, their backward passes and softmax(X)@V as PyTorch custom ops",
+    description="Softmax, log_softmax and their backward passes as compiled PyTorch custom ops (CPU and CUDA)",
     long_description=open(os.path.join(ROOT, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["softmax_ext", "softmax_ext.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension},
+    cmdclass={"build_ext": PersistentBuildExtension},
     python_requires=">=3.9",
-    install_requires=["torch"],
+    # numpy: not used by softmax_ext, but torch warns "Failed to initialize
+    # NumPy" at import wherever it is missing (torch does not require it).
+    install_requires=["torch", "numpy"],
 )

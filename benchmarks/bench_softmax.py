@@ -93,11 +93,14 @@ def gpu_cases(quick):
 
 
 def cpu_cases(quick):
-    shapes = [("last-axis", (4096, 4096), -1), ("last-axis", (256, 65536), -1),
-              ("mid-axis", (32, 1024, 512), 1), ("first-axis", (2048, 2048), 0)]
-    if quick:
-        shapes = shapes[:2]
-    return [Case(group, shape, dim, d) for group, shape, dim in shapes for d in ("f32", "bf16")]
+    # The CPU parity shapes (issue 26): square f32 rows, a GPT-2 vocabulary,
+    # attention scores (rows of 128), bf16 rows, a strided axis (dim=1);
+    # then a first-axis softmax.
+    cases = [Case("last-axis", (4096, 4096), -1, "f32"), Case("vocab", (64, 50257), -1, "f32"),
+             Case("attention", (32, 12, 128, 128), -1, "f32"), Case("last-axis", (8192, 1024), -1, "bf16"),
+             Case("mid-axis", (32, 1024, 512), 1, "f32"), Case("last-axis", (4096, 4096), -1, "bf16"),
+             Case("first-axis", (2048, 2048), 0, "f32")]
+    return cases[:2] if quick else cases
 
 
 def selected(cases, args):
@@ -283,7 +286,7 @@ def parse_args():
     parser.add_argument("--op", default=",".join(OPS), help="comma list of softmax, log_softmax")
     parser.add_argument("--direction", default=",".join(DIRECTIONS), help="comma list of forward, backward")
     parser.add_argument("--shapes", default="", help="comma list of substrings of a case's group or shape "
-                        "(groups: last-axis, odd-row, long-row, mid-long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
+                        "(groups: last-axis, attention, odd-row, long-row, mid-long-row, short-row, mid-axis, channel-axis, long-strided-axis, first-axis, "
                         "transposed, vocab)")
     parser.add_argument("--impls", default="", help="comma list of implementations to time (torch always runs); "
                         "default: every available peer")

@@ -7,15 +7,21 @@ fake (meta) kernels and the Python wrappers.
 
 import torch  # noqa: F401  (the extension links against libtorch)
 
+from . import _compat
+
 try:
     from . import _C  # noqa: F401  (registers torch.ops.softmax_ext.*)
 except ImportError as exc:  # never fall back silently: there is no Python path
+    _built = _compat.built_version_from_binary(__path__[0])
+    if _built is not None:  # a _C for another torch names both versions
+        _compat.check_torch_version(_built)
     raise ImportError(
         f"softmax_ext: the compiled extension softmax_ext._C could not be loaded from {__path__[0]} "
         f"({exc}). Importing from a source checkout needs an in-place build: "
         "pip install --no-build-isolation -e . (or run from another directory after "
         "pip install --no-build-isolation .)"
     ) from exc
+_compat.check_torch_version(torch.ops.softmax_ext._build_info.default()[0])
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
 from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
 from ._softmax_matmul import softmax_matmul  # fused softmax(x) @ v (its op bodies, fakes, autograd)

@@ -55,12 +55,38 @@ def plan(
     dtype: Optional[torch.dtype] = None,
     v: Optional[torch.Tensor] = None,
 ) -> Plan:
-    """The plan for softmax/log_softmax of `x` along `dim` (its backward when
-    `backward`, with grad_output and output laid out like x). With
-    kind="cross_entropy", the fused cross-entropy of logits `x` (class dim 1,
-    or 0 for 1-D logits; `dim` is not used): its problem is the rows of C
-    classes the op forms. With kind="softmax_matmul", the plan of
-    softmax_matmul(x, v) (its tile and math mode too)."""
+    """The plan for softmax/log_softmax of `x` along `dim`: which kernel would
+    run, without running it.
+
+    Args:
+        x: the input (a CPU or CUDA tensor of any dtype, shape and strides
+            the ops accept); only its metadata is read.
+        dim: the softmax axis, negative counts from the end (like the ops).
+        kind: ``"softmax"`` or ``"log_softmax"``; ``"cross_entropy"`` (the
+            fused cross-entropy of logits `x`, class dim 1 or 0 for 1-D
+            logits, `dim` unused: the problem is the rows of C classes the op
+            forms); ``"softmax_matmul"`` (softmax_matmul(x, v), with `v`;
+            the plan adds its ``.tile`` and ``.math`` mode).
+        backward: the plan of the backward op (``softmax_backward`` /
+            ``log_softmax_backward``) with grad_output and output laid out
+            like `x`, instead of the forward op.
+        v: the second operand, for ``kind="softmax_matmul"``.
+        dtype: as the ops' ``dtype=``: `x` read as if cast to it, the output
+            in that dtype (``None``: x's dtype). Changes the kernel's dtype
+            tag, e.g. ``cpu.lastdim.bf16_f32``.
+
+    Returns:
+        A :class:`Plan`: ``.kernel`` (stable name such as
+        ``"cuda.warp.f32"``, ``"cpu.lastdim_backward.bf16"``),
+        ``.workspace_size`` (bytes taken from the caching allocator),
+        ``.deterministic``, ``.accumulator`` (torch dtype of the sums) and
+        ``.problem`` (the coalesced rows x axis geometry, see
+        :class:`Problem`).
+
+    Raises the same errors as the op would for these arguments
+    (``IndexError`` for `dim`, ``NotImplementedError`` for a dtype or
+    device, ``ValueError`` for an unknown `kind`).
+    """
     if kind == "cross_entropy":
         kernel, workspace, deterministic, acc, p = torch.ops.softmax_ext._plan_cross_entropy.default(x, backward)
         rows, classes, stride = p[:3]

@@ -4,8 +4,8 @@
 //
 // Forward<K, kFastExp> (kFastExp picks the exp, see numerics.h), per row,
 // after max m and s = sum(exp(x - m)):
-//   c = finish(s)                     softmax: s       log_softmax: log(s)
-//   y = apply(x, m, c)                exp(x - m) / c   (x - m) - c   (torch's order)
+//   c = finish(s)                     softmax: 1 / s   log_softmax: log(s)
+//   y = apply(x, m, c)                exp(x - m) * c   (x - m) - c   (torch's order)
 //   y = from_exp(e, c), e = exp(x-m)  softmax only, when pass 2 cached e
 // Backward, per row, s = sum(term(dy, y)):
 //   dx = apply(dy, y, s)              y * (dy - s)     dy - exp(y) * s
@@ -35,12 +35,15 @@ struct Forward<Kind::Softmax, kFastExp> : ForwardExp<kFastExp> {
   using ForwardExp<kFastExp>::exp;
   // Pass 2 computes e = exp(x - m) anyway; keeping it saves an exp in pass 3.
   static constexpr bool kCachesExp = true;
+  // Multiplying by the reciprocal, as torch's CPU kernel does: a vector
+  // division costs several times a multiplication (and, with the exp, most
+  // of the last pass), for at most one more rounding (<= 1.5 ulp in all).
   template <typename V>
-  static V finish(const V& sum) { return sum; }
+  static V finish(const V& sum) { return V(typename V::value_type(1)) / sum; }
   template <typename V>
-  static V apply(const V& x, const V& max, const V& c) { return exp(x - max) / c; }
+  static V apply(const V& x, const V& max, const V& c) { return exp(x - max) * c; }
   template <typename V>
-  static V from_exp(const V& e, const V& c) { return e / c; }
+  static V from_exp(const V& e, const V& c) { return e * c; }
 };
 
 template <bool kFastExp>

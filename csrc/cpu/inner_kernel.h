@@ -3,13 +3,14 @@
 // contiguous (A, B, C): axis B with stride C, inner run C).
 //
 // Vertical reduction, like torch's non-last-dim kernels: a task takes one
-// outer index and a chunk of inner positions, and walks the axis with the
-// chunk's positions side by side in Vectorized<acc_t> lanes. Each axis step
-// reads a contiguous run of `chunk` elements; the running max / sum of the
-// chunk live in small buffers. The chunk is sized so the (axis x chunk) tile
+// outer index and a chunk of inner positions (an axis x chunk tile), and
+// reduces it a column block at a time, kBlock positions side by side in
+// Vectorized<acc_t> lanes, walking the axis. The chunk is sized so the tile
 // stays in L2 across the passes. The chunking does not depend on the thread
 // count, and each output is reduced by one task in axis order, so results
-// do not depend on the number of threads. Sums along the axis are blocked
+// do not depend on the number of threads. Within a tile, a block of
+// positions walks the axis with its max and sums in registers (one load per
+// element and pass, no running buffers); sums along the axis are blocked
 // (axis_sum) so their rounding error does not grow with the axis length.
 #pragma once
 
@@ -74,131 +75,105 @@ struct InnerTiling {
   }
 };
 
-// Axis steps per partial sum in axis_sum.
+// Axis steps per partial sum: sums along the axis are blocked so their
+// rounding error does not grow with the axis length.
 constexpr int64_t kAxisSumBlock = 64;
 
-// total[i] = sum over the axis of what add_row(j, acc) adds into acc[i], for
-// the len positions of a tile. Steps are summed in blocks of kAxisSumBlock
-// into `part`, and the blocks into `total`: a running sum over the whole axis
-// would let rounding error grow with its length. Buffers hold len rounded up
-// to a block.
-template <typename acc_t, typename AddRow>
-void axis_sum(int64_t n, int64_t len, acc_t* total, acc_t* part, const AddRow& add_row) {
-  using V = Vec<acc_t>;
-  constexpr int64_t B = kBlock<acc_t>, W = V::size();
-  auto zero = [&](acc_t* buf) {
-    for_blocks<B>(len, [&](int64_t i, int64_t) {
-      V(acc_t(0)).store(buf + i);
-      V(acc_t(0)).store(buf + i + W);
-    });
-  };
-  zero(total);
+// Sum over the axis [0, n) of what add(j, s0, s1) adds into the two vector
+// partials for step j, in blocks of kAxisSumBlock steps added up at the end
+// of each block; (t0, t1) receive the totals. The accumulators stay in
+// registers: a tile-wide buffer of running sums, loaded and stored at every
+// axis step, would chain each step to the previous one's store.
+template <typename V, typename Add>
+inline void axis_sum(int64_t n, V& t0, V& t1, const Add& add) {
+  using acc_t = typename V::value_type;
+  t0 = V(acc_t(0));
+  t1 = V(acc_t(0));
   for (int64_t j0 = 0; j0 < n; j0 += kAxisSumBlock) {
     const int64_t j1 = std::min(n, j0 + kAxisSumBlock);
-    acc_t* acc = n <= kAxisSumBlock ? total : part;
-    if (acc == part) zero(part);
-    for (int64_t j = j0; j < j1; ++j) add_row(j, acc);
-    if (acc == part) {
-      for_blocks<B>(len, [&](int64_t i, int64_t) {
-        (V::loadu(total + i) + V::loadu(part + i)).store(total + i);
-        (V::loadu(total + i + W) + V::loadu(part + i + W)).store(total + i + W);
-      });
-    }
+    V s0(acc_t(0)), s1(acc_t(0));
+    for (int64_t j = j0; j < j1; ++j) add(j, s0, s1);
+    t0 += s0;
+    t1 += s1;
   }
 }
 
-// One (axis x len) tile of the forward pass. `max` and `c` hold the tile's
-// per-position max and finish(sum), `part` is axis_sum's scratch (each len
-// rounded up to a block). Softmax keeps exp(x - max) in cache (row j at
-// cache + j * cache_pitch) when it is given.
+// One (axis x len) tile of the forward pass, a column block (kBlock
+// positions side by side) at a time: the block's max, sum and result passes
+// each walk the axis with the block's max and sums in registers, as torch's
+// non-last-dim kernels do; the tile stays in L2 between the passes. Softmax
+// keeps exp(x - max) in cache (row j at cache + j * cache_pitch) when given.
 template <Kind K, typename in_t, typename out_t, typename acc_t = acc_type_t<out_t>>
 void forward_tile(const in_t* x, int64_t sx, out_t* y, int64_t sy, int64_t n, int64_t len,
-                  acc_t* max, acc_t* c, acc_t* part, acc_t* cache, int64_t cache_pitch) {
+                  acc_t* cache, int64_t cache_pitch) {
   using V = Vec<acc_t>;
   using Fwd = Forward<K, kIs16Bit<out_t>>;
   using X = Io<in_t, out_t, acc_t>;
   using Y = Io<out_t, out_t, acc_t>;
   using C = Io<acc_t, acc_t, acc_t>;
-  constexpr int64_t B = kBlock<acc_t>, W = V::size();
+  constexpr int64_t B = kBlock<acc_t>;
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
-  V a, b;
 
-  for_blocks<B>(len, [&](int64_t i, int64_t) {
-    V(kNegInf).store(max + i);
-    V(kNegInf).store(max + i + W);
-  });
-  for (int64_t j = 0; j < n; ++j) {
-    for_blocks<B>(len, [&](int64_t i, int64_t w) {
+  for_blocks<B>(len, [&](int64_t i, int64_t w) {
+    V a, b;
+    V m0(kNegInf), m1(kNegInf);
+    for (int64_t j = 0; j < n; ++j) {
       X::load(x + j * sx + i, w, kNegInf, a, b);
-      vmax(V::loadu(max + i), a).store(max + i);
-      vmax(V::loadu(max + i + W), b).store(max + i + W);
-    });
-  }
-
-  axis_sum(n, len, c, part, [&](int64_t j, acc_t* acc) {
-    for_blocks<B>(len, [&](int64_t i, int64_t w) {
+      m0 = vmax(m0, a);
+      m1 = vmax(m1, b);
+    }
+    V t0, t1;
+    axis_sum(n, t0, t1, [&](int64_t j, V& s0, V& s1) {
       X::load(x + j * sx + i, w, kNegInf, a, b);
-      const V e0 = Fwd::exp(a - V::loadu(max + i)), e1 = Fwd::exp(b - V::loadu(max + i + W));
-      (V::loadu(acc + i) + e0).store(acc + i);
-      (V::loadu(acc + i + W) + e1).store(acc + i + W);
+      const V e0 = Fwd::exp(a - m0), e1 = Fwd::exp(b - m1);
+      s0 += e0;
+      s1 += e1;
       if constexpr (Fwd::kCachesExp) {
         if (cache) C::store(cache + j * cache_pitch + i, w, e0, e1);
       }
     });
-  });
-  for_blocks<B>(len, [&](int64_t i, int64_t) {
-    Fwd::finish(V::loadu(c + i)).store(c + i);
-    Fwd::finish(V::loadu(c + i + W)).store(c + i + W);
-  });
+    const V c0 = Fwd::finish(t0), c1 = Fwd::finish(t1);
 
-  if constexpr (Fwd::kCachesExp) {
-    if (cache) {
-      for (int64_t j = 0; j < n; ++j) {
-        for_blocks<B>(len, [&](int64_t i, int64_t w) {
+    if constexpr (Fwd::kCachesExp) {
+      if (cache) {
+        for (int64_t j = 0; j < n; ++j) {
           C::load(cache + j * cache_pitch + i, w, acc_t(0), a, b);
-          Y::store(y + j * sy + i, w, Fwd::from_exp(a, V::loadu(c + i)),
-                   Fwd::from_exp(b, V::loadu(c + i + W)));
-        });
+          Y::store(y + j * sy + i, w, Fwd::from_exp(a, c0), Fwd::from_exp(b, c1));
+        }
+        return;
       }
-      return;
     }
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    for_blocks<B>(len, [&](int64_t i, int64_t w) {
+    for (int64_t j = 0; j < n; ++j) {
       X::load(x + j * sx + i, w, acc_t(0), a, b);
-      Y::store(y + j * sy + i, w, Fwd::apply(a, V::loadu(max + i), V::loadu(c + i)),
-               Fwd::apply(b, V::loadu(max + i + W), V::loadu(c + i + W)));
-    });
-  }
+      Y::store(y + j * sy + i, w, Fwd::apply(a, m0, c0), Fwd::apply(b, m1, c1));
+    }
+  });
 }
 
-// One (axis x len) tile of the backward pass; `s` holds the per-position
-// sums, `part` is axis_sum's scratch.
+// One (axis x len) tile of the backward pass, a column block at a time with
+// the block's sums in registers.
 template <Kind K, typename T, typename acc_t = acc_type_t<T>>
 void backward_tile(const T* dy, int64_t sdy, const T* y, int64_t sy, T* dx, int64_t sdx,
-                   int64_t n, int64_t len, acc_t* s, acc_t* part) {
+                   int64_t n, int64_t len) {
   using V = Vec<acc_t>;
   using Bwd = Backward<K>;
   using IO = Io<T, T, acc_t>;
-  constexpr int64_t B = kBlock<acc_t>, W = V::size();
-  V g0, g1, y0, y1;
+  constexpr int64_t B = kBlock<acc_t>;
 
-  axis_sum(n, len, s, part, [&](int64_t j, acc_t* acc) {
-    for_blocks<B>(len, [&](int64_t i, int64_t w) {
+  for_blocks<B>(len, [&](int64_t i, int64_t w) {
+    V g0, g1, y0, y1, t0, t1;
+    axis_sum(n, t0, t1, [&](int64_t j, V& s0, V& s1) {
       IO::load(dy + j * sdy + i, w, acc_t(0), g0, g1);
       IO::load(y + j * sy + i, w, acc_t(0), y0, y1);
-      (V::loadu(acc + i) + Bwd::term(g0, y0)).store(acc + i);
-      (V::loadu(acc + i + W) + Bwd::term(g1, y1)).store(acc + i + W);
+      s0 += Bwd::term(g0, y0);
+      s1 += Bwd::term(g1, y1);
     });
+    for (int64_t j = 0; j < n; ++j) {
+      IO::load(dy + j * sdy + i, w, acc_t(0), g0, g1);
+      IO::load(y + j * sy + i, w, acc_t(0), y0, y1);
+      IO::store(dx + j * sdx + i, w, Bwd::apply(g0, y0, t0), Bwd::apply(g1, y1, t1));
+    }
   });
-  for (int64_t j = 0; j < n; ++j) {
-    for_blocks<B>(len, [&](int64_t i, int64_t w) {
-      IO::load(dy + j * sdy + i, w, acc_t(0), g0, g1);
-      IO::load(y + j * sy + i, w, acc_t(0), y0, y1);
-      IO::store(dx + j * sdx + i, w, Bwd::apply(g0, y0, V::loadu(s + i)),
-                Bwd::apply(g1, y1, V::loadu(s + i + W)));
-    });
-  }
 }
 
 struct Inner {
@@ -216,9 +191,9 @@ struct Inner {
                          n * tiling.chunk * int64_t(sizeof(acc_t)) <= 2 * kInnerTileBytes;
     at::parallel_for(0, tiling.tasks(), tiling.grain(n), [&](int64_t begin, int64_t end) {
       const int64_t chunk = tiling.chunk;
-      // max, finish(sum), axis_sum's partials, then the optional exp tile.
-      std::unique_ptr<acc_t[]> mem(new acc_t[3 * chunk + (scratch ? n * chunk : 0)]);
-      acc_t* const tile = scratch ? mem.get() + 3 * chunk : nullptr;
+      // the exp tile of a 16-bit softmax
+      std::unique_ptr<acc_t[]> mem(scratch ? new acc_t[n * chunk] : nullptr);
+      acc_t* const tile = mem.get();
       tiling.for_tasks(p, begin, end, [&](const int64_t* off, int64_t len) {
         out_t* y_tile = y + off[kOut];
         acc_t* cache = tile;
@@ -228,7 +203,7 @@ struct Inner {
           pitch = p.axis_stride[kOut];
         }
         forward_tile<K>(x + off[kIn0], p.axis_stride[kIn0], y_tile, p.axis_stride[kOut], n, len,
-                        mem.get(), mem.get() + chunk, mem.get() + 2 * chunk, cache, pitch);
+                        cache, pitch);
       });
     });
   }
@@ -242,11 +217,9 @@ struct Inner {
     const int64_t n = p.axis_size;
     const auto tiling = InnerTiling::make<acc_t>(p);
     at::parallel_for(0, tiling.tasks(), tiling.grain(n), [&](int64_t begin, int64_t end) {
-      std::unique_ptr<acc_t[]> sums(new acc_t[2 * tiling.chunk]);
       tiling.for_tasks(p, begin, end, [&](const int64_t* off, int64_t len) {
         backward_tile<K>(dy + off[kIn0], p.axis_stride[kIn0], y + off[kIn1], p.axis_stride[kIn1],
-                         dx + off[kOut], p.axis_stride[kOut], n, len, sums.get(),
-                         sums.get() + tiling.chunk);
+                         dx + off[kOut], p.axis_stride[kOut], n, len);
       });
     });
   }

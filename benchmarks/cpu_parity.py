@@ -1,0 +1,95 @@
+"""softmax_ext against torch on the CPU, side by side in one process.
+
+    python -m benchmarks.cpu_parity                 # the shapes of the parity target
+    python -m benchmarks.cpu_parity --rounds 60 --ops softmax
+
+For each case, forward (op) and forward+backward (op, then .backward(dy)
+through autograd) of softmax_ext and torch run interleaved: every round
+times each implementation once, alternating which goes first, so a
+neighbour's load on a shared machine hits both alike. Printed per case: the
+median time of each and the speedup (torch ms / softmax_ext ms) as the median
+of the per-round ratios with its 10th-90th percentile spread.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import softmax_ext
+
+# (label, shape, dim, dtype)
+CASES = [
+    ("f32 4096x4096", (4096, 4096), -1, torch.float32),
+    ("f32 64x50257", (64, 50257), -1, torch.float32),
+    ("f32 32x12x128x128", (32, 12, 128, 128), -1, torch.float32),
+    ("bf16 8192x1024", (8192, 1024), -1, torch.bfloat16),
+    ("f32 32x1024x512 dim=1", (32, 1024, 512), 1, torch.float32),
+]
+
+
+def _fns(lib, op, dim, x, dy, direction):
+    f = getattr(lib, op)
+    if direction == "forward":
+        return lambda: f(x, dim)
+    xg = x.detach().requires_grad_()
+
+    def fwd_bwd():
+        f(xg, dim).backward(dy)
+        xg.grad = None
+
+    return fwd_bwd
+
+
+def _time(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def compare(op, direction, shape, dim, dtype, rounds, gen):
+    x = torch.randn(shape, generator=gen).to(dtype)
+    dy = torch.randn(shape, generator=gen).to(dtype)
+    ours = _fns(softmax_ext, op, dim, x, dy, direction)
+    theirs = _fns(torch, op, dim, x, dy, direction)
+    for _ in range(3):
+        ours(), theirs()
+    t_ours, t_theirs, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            a, b = _time(ours), _time(theirs)
+        else:
+            b, a = _time(theirs), _time(ours)
+        t_ours.append(a)
+        t_theirs.append(b)
+        ratios.append(b / a)
+    q = statistics.quantiles(ratios, n=10)
+    return statistics.median(t_ours), statistics.median(t_theirs), statistics.median(ratios), q[0], q[-1]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cpu_parity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--ops", default="softmax,log_softmax")
+    parser.add_argument("--cases", default="", help="comma list of substrings of the case labels")
+    args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2")
+    gen = torch.Generator().manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    print(f"{'case':24s} {'op':11s} {'direction':16s} {'ours ms':>8s} {'torch ms':>8s} {'speedup':>7s} {'p10-p90':>11s}")
+    for label, shape, dim, dtype in CASES:
+        if args.cases and not any(c in label for c in args.cases.split(",")):
+            continue
+        for op in args.ops.split(","):
+            for direction in ("forward", "forward+backward"):
+                ours, theirs, ratio, lo, hi = compare(op, direction, shape, dim, dtype, args.rounds, gen)
+                print(f"{label:24s} {op:11s} {direction:16s} {ours:8.2f} {theirs:8.2f} {ratio:6.2f}x "
+                      f"{lo:5.2f}-{hi:4.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
