@@ -99,31 +99,22 @@ def build(name: str):
     return model, make_text
 
 
-def _enter(variant: str, model) -> None:
-    if variant == "torch":
-        return
-    softmax_ext.patch()
-    if variant == "integration":
-        from softmax_ext.integrations import transformers as sx_transformers
-
-        sx_transformers.apply(model)
-
-
-def _leave(variant: str, model) -> None:
-    softmax_ext.unpatch()
-    if variant == "integration":
-        from softmax_ext.integrations import transformers as sx_transformers
-
-        sx_transformers.remove(model)
-
-
 @contextlib.contextmanager
 def variant_context(variant: str, model):
-    _enter(variant, model)
+    """The variant's routing on for the block: none (torch), patch(), or
+    patch() plus the transformers integration of `model`."""
+    from softmax_ext.integrations import transformers as sx_transformers
+
+    if variant != "torch":
+        softmax_ext.patch()
+    if variant == "integration":
+        sx_transformers.apply(model)
     try:
         yield model
     finally:
-        _leave(variant, model)
+        softmax_ext.unpatch()
+        if variant == "integration":
+            sx_transformers.remove(model)
 
 
 def _loss_of(out):

@@ -36,7 +36,7 @@ bool tensor_arg(const char* op, const char* name, PyObject* obj) {
 }
 
 bool int_arg(const char* op, const char* name, PyObject* obj, int64_t& value) {
-  if (PyLong_Check(obj) || (!PyFloat_Check(obj) && PyIndex_Check(obj))) {
+  if (PyIndex_Check(obj)) {  // int, bool, numpy integers; not float
     value = PyLong_AsLongLong(obj);
     return !(value == -1 && PyErr_Occurred());
   }
