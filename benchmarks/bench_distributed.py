@@ -1,15 +1,16 @@
-"""Sharded-axis softmax: per-rank cost and bytes exchanged.
+"""Sharded-axis (log_)softmax: a tensor-parallel LM head's vocab over every rank.
 
 For a tensor whose softmax axis is Shard(-1) over a world of ranks, compares
-    ours:   softmax_ext.softmax(x_dtensor, -1): stats pass, an all-gather of
-            (rows, 2) float32 per rank, normalise pass; output Shard(-1)
-    dtensor: torch.softmax(x_dtensor, -1): DTensor redistributes the axis to
-            Replicate (an all-gather of the whole tensor) and runs torch's
-            kernel on the full rows; output Replicate
-per rank, forward and forward + backward, with the bytes each rank receives.
-On the GPU it also times the two kernels alone on one shard, as % of the
-read bandwidth (stats) and of the copy bandwidth (normalise) measured in the
-same run.
+    ours:    softmax_ext.log_softmax(x_dtensor, -1): stats pass, an all-gather
+             of (rows, 2) float32 per rank, normalise pass; output Shard(-1)
+    dtensor: torch.log_softmax(x_dtensor, -1): DTensor redistributes the axis
+             to Replicate (an all-gather of the whole tensor) and runs torch's
+             kernel on the full rows; output Replicate
+per rank, forward and forward + backward, with the bytes each rank receives
+(global shapes (8192, 131072) and (16384, 262144) on CUDA). On the GPU it
+also times the per-rank kernels alone on one shard, as % of the read
+bandwidth (stats) and of the copy bandwidth (normalise) measured in the same
+run. --kind softmax for the softmax.
 
     python benchmarks/bench_distributed.py                 # CPU, gloo, world 2
     python benchmarks/bench_distributed.py --device cuda   # every GPU, NCCL
@@ -54,12 +55,13 @@ def _time_ms(fn, device, reps):
     return statistics.median(times)
 
 
-def _world(rank, world, port, device, shapes, dtype, reps, out):
+def _world(rank, world, port, device, shapes, dtype, kind, reps, out):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     import softmax_ext
+    import softmax_ext.distributed as sd
 
     if device == "cuda":
         torch.cuda.set_device(rank)
@@ -69,16 +71,19 @@ def _world(rank, world, port, device, shapes, dtype, reps, out):
                             init_method=f"tcp://127.0.0.1:{port}")
     mesh = init_device_mesh(device, (world,))
     rows_out = []
+    torch.manual_seed(rank)
     for rows, n in shapes:
-        x = torch.randn(rows, n, dtype=dtype, device=device)
-        xd = distribute_tensor(x, mesh, [Shard(1)])
-        xg = distribute_tensor(x, mesh, [Shard(1)]).requires_grad_()
-        xt = distribute_tensor(x, mesh, [Shard(1)]).requires_grad_()
-        gd = distribute_tensor(torch.randn_like(x), mesh, [Shard(1)])
+        # each rank makes its own shard (no full tensor on any rank)
+        def shard():
+            return DTensor.from_local(torch.randn(rows, n // world, dtype=dtype, device=device), mesh, [Shard(1)])
+
+        xd = shard()
+        xg, xt = shard().requires_grad_(), shard().requires_grad_()
+        gd = shard()
         gd_full = gd.redistribute(mesh, [Replicate()])  # the gradient of DTensor's Replicate output
-        elt = x.element_size()
-        acc = 8 if dtype == torch.float64 else 4
-        for name, fwd in [("ours", lambda t: softmax_ext.softmax(t, -1)), ("dtensor", lambda t: torch.softmax(t, -1))]:
+        op = getattr(torch, kind)
+        ours = getattr(softmax_ext, kind)
+        for name, fwd in [("ours", lambda t: ours(t, -1)), ("dtensor", lambda t: op(t, -1))]:
             ms_f = _time_ms(lambda: fwd(xd), device, reps)
             src = xg if name == "ours" else xt
 
@@ -88,27 +93,34 @@ def _world(rank, world, port, device, shapes, dtype, reps, out):
                 src.grad = None
 
             ms_fb = _time_ms(fb, device, reps)
-            # bytes received per rank by the all-gathers
+            # bytes received per rank by the all-gathers: ours exchanges the
+            # per-row statistics (forward: max and sum; backward: one sum per
+            # row, float32 or float64); DTensor gathers the axis to Replicate
+            local = xd.to_local()
             if name == "ours":
-                fwd_bytes = rows * 2 * acc * (world - 1)
-                bwd_bytes = rows * acc * (world - 1)
+                stats = sd.softmax_stats(local, -1)
+                fwd_bytes = stats.numel() * stats.element_size() * (world - 1)
+                bwd_bytes = fwd_bytes // 2
             else:
-                fwd_bytes = rows * n * elt * (world - 1) // world  # the axis gathered to Replicate
+                fwd_bytes = local.numel() * local.element_size() * (world - 1)
                 bwd_bytes = 0  # the Replicate gradient is sliced back to Shard locally
             rows_out.append(dict(impl=name, rows=rows, n=n, ms_fwd=ms_f, ms_fwd_bwd=ms_fb,
                                  bytes_fwd=fwd_bytes, bytes_bwd=bwd_bytes))
+        xd = xg = xt = gd = gd_full = None  # free this shape before the next
+        if device == "cuda":
+            torch.cuda.empty_cache()
     if rank == 0:
         out.put(rows_out)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def run_world(device, world, shapes, dtype, reps):
+def run_world(device, world, shapes, dtype, kind, reps):
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.spawn(_world, args=(world, _free_port(), device, shapes, dtype, reps, q), nprocs=world, join=True)
+    mp.spawn(_world, args=(world, _free_port(), device, shapes, dtype, kind, reps, q), nprocs=world, join=True)
     return q.get()
 
 
@@ -171,21 +183,24 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--world", type=int, default=0, help="ranks (default: 2 on CPU, every GPU on CUDA)")
     ap.add_argument("--dtype", default=None, help="float32 / bfloat16 (default: f32 on CPU, bf16 on CUDA)")
+    ap.add_argument("--kind", default="log_softmax", choices=["softmax", "log_softmax"])
     ap.add_argument("--reps", type=int, default=0)
     ap.add_argument("--kernels-only", action="store_true")
     ap.add_argument("--no-kernels", action="store_true")
     args = ap.parse_args()
     cuda = args.device == "cuda"
+    world = args.world or (torch.cuda.device_count() if cuda else 2)
+    # a tensor-parallel LM head: the vocab sharded over every rank
+    shapes = [(8192, 131072), (16384, 262144)] if cuda else [(1024, 8192), (256, 32768)]
     if cuda and not args.no_kernels:
-        kernel_bench([(8192, 131072 // 8), (8192, 131072 // 4), (4096, 1024)], [torch.bfloat16, torch.float32])
+        kernel_bench([(rows, n // world) for rows, n in shapes], [torch.bfloat16, torch.float32])
         if args.kernels_only:
             return
-    world = args.world or (torch.cuda.device_count() if cuda else 2)
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if cuda else torch.float32)
-    shapes = [(8192, 131072 // 8 * world)] if cuda else [(1024, 8192), (256, 32768)]
-    reps = args.reps or (30 if cuda else 10)
-    rows = run_world(args.device, world, shapes, dtype, reps)
-    print(f"\nworld {world} ({'NCCL' if cuda else 'gloo'}), {str(dtype)[6:]}, softmax over Shard(-1); "
+    reps = args.reps or (20 if cuda else 10)
+    rows = run_world(args.device, world, shapes, dtype, args.kind, reps)
+    print(f"\nworld {world} ({'NCCL' if cuda else 'gloo'}, {torch.cuda.get_device_name() if cuda else 'CPU'}, "
+          f"torch {torch.__version__}), {str(dtype)[6:]}, {args.kind} over Shard(-1); "
           f"per rank, median of {reps}; bytes = received by the all-gathers per rank")
     print(f"{'impl':>8s} {'global shape':>16s} {'fwd ms':>8s} {'fwd+bwd ms':>11s} {'fwd bytes':>12s} {'bwd bytes':>10s}")
     for r in rows:

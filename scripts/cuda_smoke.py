@@ -1,4 +1,5 @@
-"""A short CUDA workload for compute-sanitizer: every op, dtype and layout
+"""A short CUDA workload for compute-sanitizer: every op (softmax family,
+cross_entropy, softmax_matmul, the sharded-axis steps), dtype and layout
 family once, checked against float64 on the CPU. Exits non-zero on a mismatch.
 
     compute-sanitizer --tool memcheck python3 scripts/cuda_smoke.py
@@ -53,6 +54,66 @@ def mismatches(got, want, dtype, what):
     return 1
 
 
+def other_ops():
+    """cross_entropy, softmax_matmul and the sharded-axis steps: values and
+    gradients against float64 on the CPU. Returns the mismatch count."""
+    import softmax_ext.distributed as sd
+
+    bad = 0
+    gen = torch.Generator().manual_seed(2)
+    for dtype in TOL:
+        # cross_entropy: short rows, vocab rows (clusters / split), ignored rows, weights, smoothing
+        for n, c in ((37, 11), (5, 32003), (3, 250007)):
+            x64 = torch.randn(n, c, generator=gen, dtype=torch.float64) * 3
+            t = torch.randint(0, c, (n,), generator=gen)
+            t[0] = -100
+            w = torch.rand(c, generator=gen, dtype=torch.float64) + 0.5
+            for kw in ({}, {"weight": w}, {"label_smoothing": 0.1, "reduction": "sum"}, {"reduction": "none"}):
+                x = x64.to("cuda", dtype, copy=True).requires_grad_()
+                kwd = {k: (v.to("cuda", dtype) if torch.is_tensor(v) else v) for k, v in kw.items()}
+                loss = softmax_ext.cross_entropy(x, t.cuda(), **kwd)
+                loss.sum().backward()
+                xr = x.detach().double().cpu().requires_grad_()
+                kwr = {k: (v.to(dtype).double() if torch.is_tensor(v) else v) for k, v in kw.items()}
+                ref = torch.nn.functional.cross_entropy(xr, t, **kwr)
+                ref.sum().backward()
+                what = f"cross_entropy {dtype} ({n}, {c}) {sorted(kw)}"
+                bad += mismatches(loss.detach(), ref.detach(), dtype, what)
+                bad += mismatches(x.grad, xr.grad, dtype, what + " grad")
+        # softmax_matmul: tails on every axis, a batch dim
+        for shape_x, d3 in (((2, 70, 300), 40), ((1, 129, 1000), 64), ((3, 5, 17), 3)):
+            x64 = torch.randn(*shape_x, generator=gen, dtype=torch.float64) * 3
+            v64 = torch.randn(*shape_x[:-2], shape_x[-1], d3, generator=gen, dtype=torch.float64)
+            x = x64.to("cuda", dtype, copy=True).requires_grad_()
+            v = v64.to("cuda", dtype, copy=True).requires_grad_()
+            out = softmax_ext.softmax_matmul(x, v)
+            g = torch.randn_like(out)
+            out.backward(g)
+            xr, vr = x.detach().double().cpu().requires_grad_(), v.detach().double().cpu().requires_grad_()
+            ref = torch.softmax(xr, -1) @ vr
+            ref.backward(g.double().cpu())
+            what = f"softmax_matmul {dtype} {shape_x} d3={d3}"
+            bad += mismatches(out.detach(), ref.detach(), dtype, what)
+            for got, want, name in ((x.grad, xr.grad, "dx"), (v.grad, vr.grad, "dv")):
+                bad += mismatches(got, want, dtype, f"{what} {name}")
+        # the sharded-axis steps on one rank's slice
+        for shape in ((7, 1025), (3, 70001), (2, 600001)):
+            x64 = torch.randn(*shape, generator=gen, dtype=torch.float64)
+            x, dy = x64.to("cuda", dtype), torch.randn(*shape, generator=gen, dtype=torch.float64).to("cuda", dtype)
+            for kind in ("softmax", "log_softmax"):
+                s = sd.softmax_stats(x, -1)
+                y = sd.softmax_normalize(x, s, -1, kind)
+                b = sd.softmax_backward_stats(dy, y, -1, kind)
+                dx = sd.softmax_backward_normalize(dy, y, b, -1, kind)
+                ref = getattr(torch, kind)(x.double().cpu(), -1)
+                aten = getattr(torch.ops.aten, f"_{kind}_backward_data")
+                dx_ref = aten(dy.double().cpu(), y.double().cpu(), -1, torch.float64)
+                what = f"sharded-axis {kind} {dtype} {shape}"
+                bad += mismatches(y, ref, dtype, what)
+                bad += mismatches(dx, dx_ref, dtype, what + " backward")
+    return bad
+
+
 def main():
     bad = 0
     for x64, dim in cases():
@@ -95,6 +156,7 @@ def main():
         for kind in ("softmax", "log_softmax"):
             bad += mismatches(getattr(softmax_ext, kind)(x, -1), getattr(torch, kind)(x64, -1), torch.float32,
                               f"{kind} f32 rows of {n} at {start}: row tile")
+    bad += other_ops()
     torch.cuda.synchronize()
     print(f"cuda smoke: {'ok' if bad == 0 else f'{bad} mismatches'}")
     return 1 if bad else 0

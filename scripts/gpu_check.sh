@@ -9,12 +9,15 @@
 #   HOST=1 scripts/gpu_check.sh          + host cost per call beside torch (bench_host)
 #   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
 #   TESTS="tests/test_x.py" ...          which tests (default: all of tests/)
+#   DIST=1 scripts/gpu_check.sh          + benchmarks/bench_distributed.py over every GPU (NCCL)
 #   MAIN=0 ...                           skip python -m softmax_ext
 # Logs go to $OUT (default /tmp/softmax_ext_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/softmax_ext_out}
 mkdir -p "$OUT"
+# NVLink multicast stays off in every NCCL world started from here
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 summary=()
 
@@ -65,6 +68,11 @@ fi
 if [ "${HOST:-0}" = 1 ]; then
   python3 -m benchmarks.bench_host 2>&1 | tee "$OUT/host.log"
   summary+=("host benchmark: exit ${PIPESTATUS[0]} ($OUT/host.log)")
+fi
+
+if [ "${DIST:-0}" = 1 ]; then
+  python3 benchmarks/bench_distributed.py --device cuda ${DIST_ARGS:-} 2>&1 | tee "$OUT/distributed.log" | tail -40
+  summary+=("distributed benchmark: exit ${PIPESTATUS[0]} ($OUT/distributed.log)")
 fi
 
 if [ "${MODELS:-0}" = 1 ]; then

@@ -1,7 +1,8 @@
 """softmax_ext.distributed: the per-rank ops of the sharded-axis softmax
 (softmax_stats, softmax_normalize, softmax_backward_stats,
 softmax_backward_normalize), their combination across shards, and DTensor
-inputs on gloo worlds of 2 and 4 CPU processes (1-D and 2-D meshes).
+inputs on gloo worlds of 2 and 4 CPU processes (1-D and 2-D meshes) and, where
+the GPUs are there, NCCL worlds of 2, 4 and 8 (one process a GPU).
 
 The multi-process checks are batched: one spawned world per world size runs
 every placement / dtype / op / shape case and raises on the first mismatch
@@ -416,6 +417,18 @@ def test_gloo_world(world):
     if not torch.distributed.is_gloo_available():
         pytest.skip("gloo is not available")
     _spawn(world)
+
+
+@requires_cuda
+@requires_dist
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_nccl_world(world):
+    """Every check of the gloo worlds over NCCL, one process a GPU."""
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("NCCL is not available")
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"{world} GPUs needed, {torch.cuda.device_count()} seen")
+    _spawn(world, "cuda")
 
 
 @requires_cuda
