@@ -194,6 +194,7 @@ def main():
     shapes = [(8192, 131072), (16384, 262144)] if cuda else [(1024, 8192), (256, 32768)]
     if cuda and not args.no_kernels:
         kernel_bench([(rows, n // world) for rows, n in shapes], [torch.bfloat16, torch.float32])
+        torch.cuda.empty_cache()  # the ranks need GPU 0's memory
         if args.kernels_only:
             return
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if cuda else torch.float32)

@@ -207,23 +207,54 @@ def axis_mesh_dims(x: DTensor, axis: int) -> List[int]:
     return [i for i, p in enumerate(x.placements) if type(p) is Shard and p.dim == axis]
 
 
+class _ShardedAxis(torch.autograd.Function):
+    """(log_)softmax of a DTensor over its sharded axis, DTensor in and out.
+    The local shards go through _exchange's steps; the gradient comes back
+    with x's placements, global shape and strides (to_local / from_local
+    around the local Function would give, for uneven shards, a gradient
+    whose strides differ from x's, which AccumulateGrad then redistributes
+    to Replicate on some torch versions)."""
+
+    @staticmethod
+    def forward(ctx, x, dim, kind, groups, dtype):
+        local = x.to_local()
+        if dtype is not None and local.dtype != dtype:
+            local = local.to(dtype)
+        y = _exchange.sharded_forward(local, dim, kind, groups)
+        ctx.save_for_backward(y)
+        ctx.args = (dim, kind, groups)
+        ctx.layout = (x.device_mesh, x.placements, x.shape, x.stride(), x.dtype)
+        return DTensor.from_local(y, x.device_mesh, x.placements, run_check=False, shape=x.shape,
+                                  stride=x.stride())
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        mesh, placements, shape, stride, dtype = ctx.layout
+        if isinstance(dy, DTensor):
+            if tuple(dy.placements) != tuple(placements):
+                dy = dy.redistribute(mesh, placements)
+            dy = dy.to_local()
+        dx = _exchange.sharded_backward(dy, y, *ctx.args)
+        dx = DTensor.from_local(dx.to(dtype), mesh, placements, run_check=False, shape=shape, stride=stride)
+        return dx, None, None, None, None
+
+
 def sharded_axis_call(x: DTensor, dim: int, kind: str, dtype: Optional[torch.dtype]) -> Optional[DTensor]:
     """softmax / log_softmax of a DTensor whose axis is Shard(axis) on some
     mesh dims: None when it is not (the op's rule serves it). Runs on the
-    local shard (to_local / from_local, both differentiable), exchanging the
-    statistics over the process groups of those mesh dims; the output keeps
-    x's placements (and its global shape, for uneven shards)."""
+    local shards, exchanging the statistics over the process groups of those
+    mesh dims; the output keeps x's placements (and its global shape, for
+    uneven shards)."""
     axis = _wrap_dim(f"softmax_ext.{kind}", dim, x.ndim)
     mesh_dims = axis_mesh_dims(x, axis)
     if not mesh_dims:
         return None
     # Anything else must be a Shard of another dim or Replicate.
     check_placements(kind, [x], [None])
-    mesh = x.device_mesh
-    groups = [mesh.get_group(d) for d in mesh_dims]
-    local = x.to_local()
-    y = _exchange.sharded(local, dim, kind, groups, dtype)
-    return DTensor.from_local(y, mesh, x.placements, run_check=False, shape=x.shape, stride=x.stride())
+    groups = [x.device_mesh.get_group(d) for d in mesh_dims]
+    return _ShardedAxis.apply(x, dim, kind, groups, dtype)
 
 
 _register_all()

@@ -89,11 +89,25 @@ def exchange_sums(sums: torch.Tensor, group: Groups = None) -> torch.Tensor:
     return sums
 
 
+def sharded_forward(x: torch.Tensor, dim: int, kind: str, group: Groups) -> torch.Tensor:
+    """This rank's slice of (log_)softmax: local statistics, exchanged, then
+    the normalising pass."""
+    stats = exchange_stats(_ops.softmax_stats.default(x, dim), group)
+    return _ops.softmax_normalize.default(x, stats, dim, kind)
+
+
+def sharded_backward(dy: torch.Tensor, y: torch.Tensor, dim: int, kind: str, group: Groups) -> torch.Tensor:
+    """This rank's slice of the input gradient from its slices of dy and y."""
+    if dy.dtype != y.dtype:
+        dy = dy.to(y.dtype)
+    s = exchange_sums(_ops.softmax_backward_stats.default(dy, y, dim, kind), group)
+    return _ops.softmax_backward_normalize.default(dy, y, s, dim, kind)
+
+
 class _ShardedSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, dim, kind, group):
-        stats = exchange_stats(_ops.softmax_stats.default(x, dim), group)
-        y = _ops.softmax_normalize.default(x, stats, dim, kind)
+        y = sharded_forward(x, dim, kind, group)
         ctx.save_for_backward(y)
         ctx.dim, ctx.kind, ctx.group = dim, kind, group
         return y
@@ -102,10 +116,7 @@ class _ShardedSoftmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         (y,) = ctx.saved_tensors
-        if dy.dtype != y.dtype:
-            dy = dy.to(y.dtype)
-        s = exchange_sums(_ops.softmax_backward_stats.default(dy, y, ctx.dim, ctx.kind), ctx.group)
-        return _ops.softmax_backward_normalize.default(dy, y, s, ctx.dim, ctx.kind), None, None, None
+        return sharded_backward(dy, y, ctx.dim, ctx.kind, ctx.group), None, None, None
 
 
 def sharded(x: torch.Tensor, dim: int, kind: str, group: Groups = None,
