@@ -23,6 +23,9 @@ except ImportError as exc:  # never fall back silently: there is no Python path
     ) from exc
 _compat.check_torch_version(torch.ops.softmax_ext._build_info.default()[0])
 from . import _meta  # noqa: F401  (fake kernels; autograd is registered in C++)
+from . import _inductor
+
+_inductor.install()  # short CUDA rows fuse with their neighbours under Inductor
 from ._cross_entropy import cross_entropy  # fused cross-entropy (its op bodies, fakes, autograd)
 from ._softmax_matmul import softmax_matmul  # fused softmax(x) @ v (its op bodies, fakes, autograd)
 from . import nn
