@@ -14,27 +14,41 @@ Longer rows, strided axes, CPU tensors, symbolic row lengths and every
 eager call keep softmax_ext's kernels. The graph that Dynamo captures still
 holds torch.ops.softmax_ext.*; only Inductor's lowering changes.
 
-SOFTMAX_EXT_INDUCTOR_HANDOFF=0 in the environment keeps every call on
-softmax_ext's kernels. The numerics are those of the ops: float32 math for
-16-bit inputs (float64 when a float64 tensor is involved), results in the
-op's output dtype.
+The loss's upcast: transformers' losses call cross_entropy on
+`logits.float()`. An opaque cross-entropy on that float32 tensor would make
+Inductor write the float32 copy, and its float32 gradient be cast back to
+16 bits in another pass. Where the logits of _cross_entropy_forward /
+_cross_entropy_backward are an exact upcast of 16-bit logits in the traced
+graph (a convert_element_type node; label_smoothing 0), the decomposition
+calls the op on `x.to(16-bit)` instead: Inductor folds the pair of casts
+away (its pointless-convert pass), so the kernel reads the 16-bit logits and
+writes a 16-bit gradient, as the float32 call would round it anyway. The
+float32 loss is recomputed from the float32 log-sum-exp the op returns and
+the target logits (an O(N) gather), so it equals the float32 call's.
 
-The decompositions go into Inductor's table when torch._inductor's
-decomposition module is imported (a post-import hook: importing Inductor
-costs seconds, and softmax_ext does not import it itself)."""
+SOFTMAX_EXT_INDUCTOR_HANDOFF=0 in the environment keeps every call on
+softmax_ext's kernels as traced. The numerics are those of the ops:
+float32 math for 16-bit inputs (float64 when a float64 tensor is
+involved), results in the op's output dtype.
+
+The decompositions go into Inductor's table when torch._inductor's lowering
+module is imported (a post-import hook: importing Inductor costs seconds,
+and softmax_ext does not import it itself)."""
 
 import importlib.abc
 import importlib.util
 import os
 import sys
 
+
 import torch
+from torch.utils.weak import WeakTensorKeyDictionary
 
 HANDOFF = os.environ.get("SOFTMAX_EXT_INDUCTOR_HANDOFF", "1") != "0"
 HANDOFF_MAX_ROW = 1024
 HANDOFF_MAX_ROW_BACKWARD = 16384
 HANDOFF_DEVICES = ("cuda",)  # where the lengths above were measured
-_MODULE = "torch._inductor.decomposition"
+_MODULE = "torch._inductor.lowering"
 _ops = torch.ops.softmax_ext
 
 
@@ -89,6 +103,77 @@ def _backward(kind: str):
     return decomposition
 
 
+def _upcast_source(x: torch.Tensor):
+    """The 16-bit dtype that float32 `x` was converted from, when the graph
+    being traced made x by a convert_element_type of a 16-bit tensor (so
+    converting back is exact); None otherwise."""
+    if x.dtype != torch.float32 or x.device.type not in HANDOFF_DEVICES:
+        return None
+    try:
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+        mode = get_proxy_mode()
+        node = get_proxy_slot(x, mode.tracer).proxy.node if mode is not None else None
+    except Exception:  # not traced, or a torch without these helpers
+        return None
+    converts = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+    if node is None or node.op != "call_function" or node.target not in converts or not node.args:
+        return None
+    source = node.args[0]
+    val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16) and val.shape == x.shape:
+        return val.dtype
+    return None
+
+
+_downcasts = WeakTensorKeyDictionary()  # traced float32 logits -> their 16-bit cast
+
+
+def _downcast(logits: torch.Tensor, source: torch.dtype) -> torch.Tensor:
+    """logits.to(source), one traced cast per tensor: the forward and the
+    backward share it, so the upcast feeds that one cast alone and Inductor
+    folds the pair of casts away."""
+    x16 = _downcasts.get(logits)
+    if x16 is None:
+        x16 = _downcasts[logits] = logits.to(source)
+    return x16
+
+
+def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduction="mean",
+                           label_smoothing=0.0, inplace_backward=False):
+    source = _upcast_source(logits)
+    if source is None or label_smoothing != 0.0:
+        return NotImplemented
+    x16 = _downcast(logits, source)
+    _, lse, total = _ops._cross_entropy_forward.default(
+        x16, target, weight, ignore_index, reduction, label_smoothing, False)
+    # the float32 loss: lse - the target's logit, weighted; 0 for ignored rows
+    keep = target != ignore_index
+    safe = torch.where(keep, target, torch.zeros_like(target)).long()
+    picked = x16.gather(1, safe.unsqueeze(1)).squeeze(1).to(torch.float32)
+    rows = lse - picked
+    if weight is not None:
+        rows = rows * weight.to(torch.float32)[safe]
+    rows = torch.where(keep, rows, torch.zeros_like(rows))
+    if reduction == "none":
+        loss = rows
+    elif reduction == "sum":
+        loss = rows.sum()
+    else:
+        loss = rows.sum() / total
+    return loss, lse, total
+
+
+def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
+                            label_smoothing):
+    source = _upcast_source(logits)
+    if source is None or label_smoothing != 0.0:
+        return NotImplemented
+    grad = _ops._cross_entropy_backward.default(grad_loss, _downcast(logits, source), target, weight, lse,
+                                                total_weight, ignore_index, reduction, label_smoothing)
+    return grad.to(torch.float32)
+
+
 def table():
     """op overload -> decomposition, for Inductor's decomposition table."""
     return {
@@ -96,17 +181,32 @@ def table():
         _ops.log_softmax.default: _forward("log_softmax"),
         _ops.softmax_backward.default: _backward("softmax"),
         _ops.log_softmax_backward.default: _backward("log_softmax"),
+        _ops._cross_entropy_forward.default: _cross_entropy_forward,
+        _ops._cross_entropy_backward.default: _cross_entropy_backward,
     }
 
 
-def _register(module) -> None:
+def _register(lowering) -> None:
+    """The decompositions into Inductor's table, and a fallback lowering for
+    each op (the op's own kernel where its decomposition declines; Inductor
+    creates those implicitly for other custom ops, but not for ops with a
+    decomposition)."""
+    from torch._inductor import decomposition
+    from torch._library.utils import get_layout_constraint_tag
+
     for op, fn in table().items():
-        module.decompositions.setdefault(op, fn)
+        decomposition.decompositions.setdefault(op, fn)
+        if op not in lowering.lowerings:
+            constraint = lowering.tag_to_layout_constraint(get_layout_constraint_tag(op, with_default=True))
+            lowering.make_fallback(op, layout_constraint=constraint, warn=False, override_decomp=True)
+    cached = getattr(decomposition, "fast_random_decomps", None)
+    if hasattr(cached, "cache_clear"):  # a copy of the table, made at the first compile
+        cached.cache_clear()
 
 
 class _PostImportHook(importlib.abc.MetaPathFinder):
-    """Registers the decompositions right after Inductor's decomposition
-    module has run."""
+    """Registers with Inductor right after its lowering module (which
+    imports the decomposition table) has run."""
 
     def find_spec(self, name, path, target=None):
         if name != _MODULE:

@@ -63,10 +63,15 @@ def test_decompositions_decline_off_their_devices():
 
 
 def test_registered_with_inductor():
+    """Importing Inductor's lowering (as torch.compile does) registers each
+    decomposition and a fallback lowering (the op's kernel where the
+    decomposition declines)."""
     import torch._inductor.decomposition as decomposition
+    import torch._inductor.lowering as lowering
 
     for op in _inductor.table():
         assert op in decomposition.decompositions, op
+        assert op in lowering.lowerings, op
 
 
 def _attention(x, mask):
@@ -75,12 +80,12 @@ def _attention(x, mask):
     return softmax_ext.softmax(s, -1, torch.float32).to(x.dtype)
 
 
-def _compiled_code(fn, *args):
+def _compiled_code(fn, *args, fullgraph=True):
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
     with torch._inductor.config.patch(fx_graph_cache=False):
-        out, code = run_and_get_code(torch.compile(fn, fullgraph=True), *args)
+        out, code = run_and_get_code(torch.compile(fn, fullgraph=fullgraph), *args)
     return out, "\n".join(code)
 
 
@@ -125,3 +130,43 @@ def test_compiled_training_step_matches_eager():
     want = step(_attention)
     got = step(torch.compile(_attention, fullgraph=True))
     torch.testing.assert_close(got.double(), want.double(), **BACKWARD_TOLERANCES[torch.bfloat16])
+
+
+def _lm_loss_step(h, w, target, kwargs):
+    """A language-model head and its loss as transformers writes it: the
+    16-bit logits upcast before the loss."""
+    logits = h @ w
+    loss = torch.nn.functional.cross_entropy(logits.float(), target, **kwargs)
+    loss.sum().backward()
+    return loss
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum"}, {"reduction": "none"}, {"weight": "w"},
+                                    {"label_smoothing": 0.1}], ids=["mean", "sum", "none", "weight", "smoothing"])
+def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
+    n, c, k = 48, 300, 16
+    h = make_input((n, k), torch.bfloat16, "cpu", seed=6).requires_grad_()
+    w = make_input((k, c), torch.bfloat16, "cpu", seed=7, scale=0.3).requires_grad_()
+    target = torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(8))
+    target[::7] = -100
+    if kwargs.get("weight") == "w":
+        kwargs = {"weight": torch.rand(c, generator=torch.Generator().manual_seed(9)) + 0.5}
+    with softmax_ext.patch():
+        # (backward() in the step: the forward and backward graphs both compiled)
+        loss, code = _compiled_code(_lm_loss_step, h, w, target, kwargs, fullgraph=False)
+    grads = h.grad.clone(), w.grad.clone()
+    # against float64 torch on the same 16-bit logits
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    logits = (h64 @ w64).to(torch.bfloat16).double()  # the 16-bit logits the model makes
+    kw64 = {k: (v.double() if torch.is_tensor(v) else v) for k, v in kwargs.items()}
+    ref = torch.nn.functional.cross_entropy(logits, target, **kw64)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=2e-5, atol=1e-5)
+    ref.sum().backward()
+    for got, want in zip(grads, (h64.grad, w64.grad)):
+        torch.testing.assert_close(got.double(), want, **BACKWARD_TOLERANCES[torch.bfloat16])
+    # the (n, c) float32 upcast is never written, unless label smoothing
+    # keeps the float32 call
+    upcast = f"(({n}, {c}), ({c}, 1), torch.float32)"
+    assert (upcast in code) == ("label_smoothing" in kwargs), code
+    assert "softmax_ext._cross_entropy_forward" in code
