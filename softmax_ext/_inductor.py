@@ -69,7 +69,7 @@ def _math_dtype(*dtypes) -> torch.dtype:
 
 
 def _forward(kind: str):
-    def decomposition(x, dim, dtype=None):
+    def decomposition(x, dim=-1, dtype=None):
         n = _row(x, dim)
         if n is None or n > HANDOFF_MAX_ROW or not x.is_floating_point():
             return NotImplemented

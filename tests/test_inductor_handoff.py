@@ -133,10 +133,11 @@ def test_compiled_training_step_matches_eager():
 
 
 def _lm_loss_step(h, w, target, kwargs):
-    """A language-model head and its loss as transformers writes it: the
-    16-bit logits upcast before the loss."""
+    """A language-model head and its loss as transformers writes it (with
+    patch(), its F.cross_entropy is this call): the 16-bit logits upcast
+    before the loss."""
     logits = h @ w
-    loss = torch.nn.functional.cross_entropy(logits.float(), target, **kwargs)
+    loss = softmax_ext.cross_entropy(logits.float(), target, **kwargs)
     loss.sum().backward()
     return loss
 
@@ -151,9 +152,8 @@ def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
     target[::7] = -100
     if kwargs.get("weight") == "w":
         kwargs = {"weight": torch.rand(c, generator=torch.Generator().manual_seed(9)) + 0.5}
-    with softmax_ext.patch():
-        # (backward() in the step: the forward and backward graphs both compiled)
-        loss, code = _compiled_code(_lm_loss_step, h, w, target, kwargs, fullgraph=False)
+    # (backward() in the step: the forward and backward graphs both compiled)
+    loss, code = _compiled_code(_lm_loss_step, h, w, target, kwargs, fullgraph=False)
     grads = h.grad.clone(), w.grad.clone()
     # against float64 torch on the same 16-bit logits
     h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()

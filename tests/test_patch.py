@@ -209,3 +209,4 @@ def test_wrong_argument_types_raise_type_error_like_torch(name):
             getattr(softmax_ext, name)(*args)
     with pytest.raises(TypeError):
         getattr(softmax_ext, f"{name}_backward")(x, x, 1.5)
+

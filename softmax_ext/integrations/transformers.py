@@ -21,6 +21,7 @@ through ``torch.softmax`` or ``Tensor.softmax`` need softmax_ext.patch().
 Works under torch.compile: the routed calls trace to torch.ops.softmax_ext.*.
 """
 
+import functools
 import sys
 import types
 from typing import Dict, Optional
@@ -35,6 +36,7 @@ from ..patching import routed
 _swapped: Dict[types.ModuleType, Dict[str, object]] = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _functional_namespace() -> types.ModuleType:
     functional = types.ModuleType("softmax_ext.integrations.transformers.functional")
     functional.__dict__.update(vars(torch.nn.functional))
@@ -43,6 +45,7 @@ def _functional_namespace() -> types.ModuleType:
     return functional
 
 
+@functools.lru_cache(maxsize=None)
 def _nn_namespace(functional: types.ModuleType) -> types.ModuleType:
     nn = types.ModuleType("softmax_ext.integrations.transformers.nn")
     nn.__dict__.update(vars(torch.nn))
@@ -109,6 +112,8 @@ _LOSSES = {"ForCausalLMLoss": causal_lm_loss, "ForMaskedLMLoss": masked_lm_loss}
 def apply(model: torch.nn.Module) -> torch.nn.Module:
     """Routes `model`'s loss, softmax and log_softmax to softmax_ext (see the
     module's docstring); returns the model."""
+    # the same namespace objects on every call: torch.compile guards on the
+    # modules' globals, so re-applying reuses the compiled code
     functional = _functional_namespace()
     nn = _nn_namespace(functional)
     for module in _modeling_modules(model):
