@@ -93,7 +93,7 @@ def build(name: str):
         ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
         labels = ids.clone()
         if name == "t5":
-            return dict(input_ids=ids, labels=labels[:, : seq // 4])
+            return dict(input_ids=ids, labels=labels[:, : seq // 4].contiguous())  # (some transformers view() them)
         return dict(input_ids=ids, labels=labels)
 
     return model, make_text
