@@ -19,10 +19,11 @@ The loss's upcast: transformers' losses call cross_entropy on
 Inductor write the float32 copy, and its float32 gradient be cast back to
 16 bits in another pass. Where the logits of _cross_entropy_forward /
 _cross_entropy_backward are an exact upcast of 16-bit logits in the traced
-graph (a convert_element_type node; label_smoothing 0), the decomposition
-calls the op on `x.to(16-bit)` instead: Inductor folds the pair of casts
-away (its pointless-convert pass), so the kernel reads the 16-bit logits and
-writes a 16-bit gradient, as the float32 call would round it anyway. The
+graph (a convert_element_type node, possibly under views; label_smoothing
+0), the decomposition calls the op on the upcast cast back to 16 bits:
+Inductor folds the pair of casts away, so the kernel reads the 16-bit
+logits and writes a 16-bit gradient (the float32 gradient's cast back to
+16 bits, which Inductor folds too, rounds it the same way). The
 float32 loss is recomputed from the float32 log-sum-exp the op returns and
 the target logits (an O(N) gather), so it equals the float32 call's.
 
@@ -103,48 +104,69 @@ def _backward(kind: str):
     return decomposition
 
 
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
+          torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+_CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+
+
+_downcasts = WeakTensorKeyDictionary()  # traced upcast -> its cast back to 16 bits
+
+
 def _upcast_source(x: torch.Tensor):
-    """The 16-bit dtype that float32 `x` was converted from, when the graph
-    being traced made x by a convert_element_type of a 16-bit tensor (so
-    converting back is exact); None otherwise."""
+    """When float32 `x` is, in the graph being traced, an upcast of a 16-bit
+    tensor (possibly under views, as transformers' logits.float().view(-1,
+    vocab)): that 16-bit tensor viewed as x, or, when the tracer no longer
+    holds it, the upcast cast back to 16 bits. None otherwise.
+
+    The cast back is one node per upcast, shared by the forward and the
+    backward, so the upcast feeds nothing else and Inductor folds the pair
+    of casts away (its pointless-convert pass). Either way the 16-bit logits
+    are read as they are and the float32 copy is never written."""
     if x.dtype != torch.float32 or x.device.type not in HANDOFF_DEVICES:
         return None
     try:
         from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 
         mode = get_proxy_mode()
-        node = get_proxy_slot(x, mode.tracer).proxy.node if mode is not None else None
-    except Exception:  # not traced, or a torch without these helpers
+        if mode is None:
+            return None
+        node = get_proxy_slot(x, mode.tracer).proxy.node
+        while node.op == "call_function" and node.target in _VIEWS and isinstance(node.args[0], torch.fx.Node):
+            node = node.args[0]
+        if node.op != "call_function" or node.target not in _CONVERTS or not isinstance(node.args[0], torch.fx.Node):
+            return None
+        val = node.args[0].meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.bfloat16, torch.float16):
+            return None
+        held = {slot.proxy.node: t for t, slot in mode.tracer.tensor_tracker.items()}
+        # the 16-bit tensor itself, or a tensor it is a view of, when the
+        # tracer still holds one (a model's returned logits): used directly
+        source = node.args[0]
+        while True:
+            t = held.get(source)
+            if t is not None and t.dtype == val.dtype and t.numel() == x.numel():
+                return t if tuple(t.shape) == tuple(x.shape) else t.reshape(x.shape)
+            if not (source.op == "call_function" and source.target in _VIEWS
+                    and isinstance(source.args[0], torch.fx.Node)):
+                break
+            source = source.args[0]
+        # otherwise the upcast's traced tensor (x's views keep it alive), cast back
+        upcast = held.get(node)
+    except Exception:  # not traced, or a torch whose tracer differs
         return None
-    converts = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
-    if node is None or node.op != "call_function" or node.target not in converts or not node.args:
+    if upcast is None or upcast.numel() != x.numel():
         return None
-    source = node.args[0]
-    val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-    if isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16) and val.shape == x.shape:
-        return val.dtype
-    return None
-
-
-_downcasts = WeakTensorKeyDictionary()  # traced float32 logits -> their 16-bit cast
-
-
-def _downcast(logits: torch.Tensor, source: torch.dtype) -> torch.Tensor:
-    """logits.to(source), one traced cast per tensor: the forward and the
-    backward share it, so the upcast feeds that one cast alone and Inductor
-    folds the pair of casts away."""
-    x16 = _downcasts.get(logits)
+    x16 = _downcasts.get(upcast)
     if x16 is None:
-        x16 = _downcasts[logits] = logits.to(source)
-    return x16
+        x16 = _downcasts[upcast] = upcast.to(val.dtype)
+    return x16 if tuple(x16.shape) == tuple(x.shape) else x16.reshape(x.shape)
 
 
 def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduction="mean",
                            label_smoothing=0.0, inplace_backward=False):
-    source = _upcast_source(logits)
-    if source is None or label_smoothing != 0.0:
+    x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
+    if x16 is None:
         return NotImplemented
-    x16 = _downcast(logits, source)
     _, lse, total = _ops._cross_entropy_forward.default(
         x16, target, weight, ignore_index, reduction, label_smoothing, False)
     # the float32 loss: lse - the target's logit, weighted; 0 for ignored rows
@@ -166,11 +188,11 @@ def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduc
 
 def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
                             label_smoothing):
-    source = _upcast_source(logits)
-    if source is None or label_smoothing != 0.0:
+    x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
+    if x16 is None:
         return NotImplemented
-    grad = _ops._cross_entropy_backward.default(grad_loss, _downcast(logits, source), target, weight, lse,
-                                                total_weight, ignore_index, reduction, label_smoothing)
+    grad = _ops._cross_entropy_backward.default(grad_loss, x16, target, weight, lse, total_weight, ignore_index,
+                                                reduction, label_smoothing)
     return grad.to(torch.float32)
 
 

@@ -102,14 +102,14 @@ def _check_attention(device, dtype, n):
 
 def test_attention_fuses_on_cpu(handoff_on_cpu):
     code = _check_attention("cpu", torch.float32, 64)
-    assert "softmax_ext" not in code
+    assert "torch.ops.softmax_ext" not in code
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_attention_fuses_on_cuda(dtype):
     code = _check_attention("cuda", dtype, 512)
-    assert "softmax_ext" not in code
+    assert "torch.ops.softmax_ext" not in code  # (the generated kernel's comments name the op)
     code = _check_attention("cuda", dtype, 8192)  # past the handoff: softmax_ext's kernel
     assert "torch.ops.softmax_ext.softmax.default" in code
 
@@ -132,14 +132,35 @@ def test_compiled_training_step_matches_eager():
     torch.testing.assert_close(got.double(), want.double(), **BACKWARD_TOLERANCES[torch.bfloat16])
 
 
+def _float32_buffers(code: str, numel: int) -> bool:
+    """Whether the generated code allocates a float32 buffer of numel elements."""
+    import math
+    import re
+
+    for shape in re.findall(r"empty_strided_\w+\(\(([\d, ]+)\), \([\d, ]*\), torch\.float32\)", code):
+        if math.prod(int(d) for d in shape.replace(" ", "").strip(",").split(",")) == numel:
+            return True
+    return False
+
+
 def _lm_loss_step(h, w, target, kwargs):
     """A language-model head and its loss as transformers writes it (with
     patch(), its F.cross_entropy is this call): the 16-bit logits upcast
     before the loss."""
-    logits = h @ w
-    loss = softmax_ext.cross_entropy(logits.float(), target, **kwargs)
+    n, c = h.shape[0], w.shape[1]
+    logits = (h @ w).view(2, n // 2, c)  # (batch, tokens, vocab)
+    loss = softmax_ext.cross_entropy(logits.float().view(-1, c), target, **kwargs)
     loss.sum().backward()
     return loss
+
+
+def _lm_step_returning_logits(h, w, target, kwargs):
+    """The same, returning the 16-bit logits too (a model's output)."""
+    n, c = h.shape[0], w.shape[1]
+    logits = (h @ w).view(2, n // 2, c)
+    loss = softmax_ext.cross_entropy(logits.float().view(-1, c), target, **kwargs)
+    loss.sum().backward()
+    return loss, logits
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"reduction": "sum"}, {"reduction": "none"}, {"weight": "w"},
@@ -154,6 +175,11 @@ def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
         kwargs = {"weight": torch.rand(c, generator=torch.Generator().manual_seed(9)) + 0.5}
     # (backward() in the step: the forward and backward graphs both compiled)
     loss, code = _compiled_code(_lm_loss_step, h, w, target, kwargs, fullgraph=False)
+    if "label_smoothing" not in kwargs:  # the logits kept alive as an output: read in place
+        h2, w2 = h.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        (loss2, _), code2 = _compiled_code(_lm_step_returning_logits, h2, w2, target, kwargs, fullgraph=False)
+        assert not _float32_buffers(code2, n * c), code2
+        torch.testing.assert_close(loss2, loss)
     grads = h.grad.clone(), w.grad.clone()
     # against float64 torch on the same 16-bit logits
     h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
@@ -167,6 +193,5 @@ def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
         torch.testing.assert_close(got.double(), want, **BACKWARD_TOLERANCES[torch.bfloat16])
     # the (n, c) float32 upcast is never written, unless label smoothing
     # keeps the float32 call
-    upcast = f"(({n}, {c}), ({c}, 1), torch.float32)"
-    assert (upcast in code) == ("label_smoothing" in kwargs), code
+    assert _float32_buffers(code, n * c) == ("label_smoothing" in kwargs), code
     assert "softmax_ext._cross_entropy_forward" in code
