@@ -22,6 +22,10 @@ struct Args {
 void launch_bf16(const Args& a, int warps, int bn);
 void launch_f16(const Args& a, int warps, int bn);
 void launch_f32(const Args& a, int warps, int bn, bool split3);  // split3: 3xTF32 (float32-accurate)
+// Hopper (sm_90a, sm90.cu): wgmma with P from registers, 128 rows x `bn`
+// (64, 128, 256) columns per CTA; rows 16-byte aligned (plan.cpp checks).
+void launch_sm90_bf16(const Args& a, int bn);
+void launch_sm90_f16(const Args& a, int bn);
 int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda

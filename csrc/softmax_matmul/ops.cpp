@@ -89,6 +89,8 @@ Descriptor describe(const at::Tensor& x3, const at::Tensor& v3) {
   d.device = x3.device().type();
   if (x3.is_cuda()) {
     d.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+    d.aligned16 = reinterpret_cast<uintptr_t>(x3.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(v3.data_ptr()) % 16 == 0;
 #ifdef SOFTMAX_EXT_WITH_CUDA
     d.arch = cuda::device_arch(x3.get_device());
 #endif
@@ -147,6 +149,11 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.x_row_stride = d.x_strides[1];
   a.v_batch_stride = d.v_strides[0];
   a.v_row_stride = d.v_strides[1];
+  if (plan.kernel == Kernel::kCudaWgmma) {
+    if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
+    else cuda::launch_sm90_f16(a, plan.bn);
+    return {out, lse};
+  }
   switch (d.dtype) {
     case at::kBFloat16: cuda::launch_bf16(a, plan.bm / 16, plan.bn); break;
     case at::kHalf: cuda::launch_f16(a, plan.bm / 16, plan.bn); break;
@@ -164,7 +171,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, c
   const Plan plan = make_plan(describe(x3, v3), false);
   at::Tensor out, lse;
 #ifdef SOFTMAX_EXT_WITH_CUDA
-  if (plan.kernel == Kernel::kCudaMma) std::tie(out, lse) = run_cuda(plan, x3, v3);
+  if (plan.kernel == Kernel::kCudaMma || plan.kernel == Kernel::kCudaWgmma) std::tie(out, lse) = run_cuda(plan, x3, v3);
 #endif
   if (plan.kernel == Kernel::kBlocked) std::tie(out, lse) = blocked_forward(x3, v3, plan.bk);
   std::vector<int64_t> lse_shape(x.sizes().begin(), x.sizes().end() - 1);

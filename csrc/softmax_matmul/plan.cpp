@@ -28,6 +28,31 @@ static const char* tag(c10::ScalarType t) {
   }
 }
 
+bool wgmma_built() {
+#if defined(SOFTMAX_EXT_WITH_CUDA) && defined(SOFTMAX_EXT_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The Hopper kernel: f16 / bf16 on compute capability 9.0, rows read as
+// 16-byte chunks by cp.async (unit inner strides, row and batch strides a
+// multiple of 8 elements, aligned pointers). SOFTMAX_EXT_SMM_SM80=1 keeps the
+// mma.sync kernel (A/B work).
+static bool wgmma_fits(const Descriptor& d) {
+  if (!wgmma_built() || d.arch != 90 || !d.aligned16) return false;
+  if (d.dtype != c10::ScalarType::Half && d.dtype != c10::ScalarType::BFloat16) return false;
+  if (d.x_strides[2] != 1 || d.v_strides[2] != 1) return false;
+  if (d.x_strides[1] % 8 != 0 || d.v_strides[1] % 8 != 0) return false;
+  if ((d.batch > 1 && d.x_strides[0] % 8 != 0) || (d.batch > 1 && d.v_strides[0] % 8 != 0)) return false;
+  static const bool off = [] {
+    const char* env = std::getenv("SOFTMAX_EXT_SMM_SM80");
+    return env != nullptr && env[0] == '1';
+  }();
+  return !off;
+}
+
 int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
   // Temporaries of (rows, block) elements: ~4M on CPU (cache-sized steps and
   // O(rows) memory), ~32M on CUDA (large enough GEMMs for cuBLAS).
@@ -58,8 +83,14 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   (void)tensor_cores;
   if (false) {
 #else
-  if (tensor_cores) {
+  if (tensor_cores && wgmma_fits(d)) {
 #endif
+    p.kernel = Kernel::kCudaWgmma;
+    p.bm = 128;
+    p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
+    p.bk = 64;
+    p.name = std::string("cuda.wgmma.") + tag(d.dtype) + ".128x" + std::to_string(p.bn) + "x64";
+  } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
     // from L2, so flops per byte grow with both tile sides.
@@ -95,7 +126,12 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
 }
 
 Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v) {
-  if (plan.kernel != Kernel::kCudaMma) return {};
+  if (plan.kernel == Kernel::kCudaWgmma) {
+    if (!wgmma_fits(d) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0) {
+      return {Code::kUnsupported, "the wgmma kernel needs 16-byte aligned rows of x and v"};
+    }
+  }
+  if (plan.kernel != Kernel::kCudaMma && plan.kernel != Kernel::kCudaWgmma) return {};
   // The kernel reads columns with unit stride (x along d2, v along d3); other
   // strides are vectorised only where 16-byte aligned, which the kernel checks
   // itself per row (tails and unaligned rows take element loads).
