@@ -350,3 +350,28 @@ def test_cuda_aligned_growing_max_and_neg_inf(dtype):
     v = randn((b, d2, d3), dtype, "cuda", 44)
     out = check(x, v)
     assert torch.isnan(out[1, 9]).all() and not torch.isnan(out[0]).any()
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1096, 520), (3, 1, 8, 8), (2, 64, 64, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_backward(dtype, shape):
+    # d2, d3 multiples of 8: the fused backward kernels on sm_90 (tails of
+    # their 128-row, 128-column and 64-row tiles)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 45, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 46)
+    go = randn((b, d1, d3), dtype, "cuda", 47)
+    if torch.cuda.get_device_capability() == (9, 0):
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
+        assert p.kernel.startswith("cuda.wgmma.backward.") and p.workspace_size == 4 * b * d1, p
+    dx, dv = _grads(x, v, go)
+    x64 = x.double().requires_grad_()
+    v64 = v.double().requires_grad_()
+    rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+    tol = {torch.float16: dict(atol=4e-3, rtol=1e-2), torch.bfloat16: dict(atol=3e-2, rtol=5e-2)}[dtype]
+    torch.testing.assert_close(dx.double(), rx, **tol)
+    torch.testing.assert_close(dv.double(), rv, **tol)
+    d2x, d2v = _grads(x, v, go)
+    assert torch.equal(dx, d2x) and torch.equal(dv, d2v)

@@ -79,12 +79,28 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   else p.math = (cuda && d.allow_tf32) ? Math::kTF32 : (cuda ? Math::kExactF32 : Math::kF32);
 
   const bool tensor_cores = cuda && !backward && d.dtype != ScalarType::Double && d.arch >= 80;
+  // The fused Hopper backward: also d2 and d3 multiples of 8 (dX and dV are
+  // written as 32-bit pairs into contiguous tensors).
+  // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
+  static const bool blocked_bwd = [] {
+    const char* env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
+    return env != nullptr && env[0] == '1';
+  }();
+  const bool wgmma_backward =
+      cuda && backward && !blocked_bwd && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
+  (void)wgmma_backward;
   if (false) {
 #else
-  if (tensor_cores && wgmma_fits(d)) {
+  if (wgmma_backward) {
 #endif
+    p.kernel = Kernel::kCudaWgmma;
+    p.bm = 128;
+    p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
+    p.bk = 64;
+    p.name = std::string("cuda.wgmma.backward.") + tag(d.dtype) + ".128x" + std::to_string(p.bn) + "x64";
+  } else if (tensor_cores && wgmma_fits(d)) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
     p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
@@ -148,6 +164,12 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
   return {};
 }
 
-int64_t workspace_size(const Plan&, const Descriptor&) { return 0; }
+int64_t workspace_size(const Plan& plan, const Descriptor& d) {
+  // The fused backward's D = rowsum(dO * O): (batch, d1) f32.
+  if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
+    return d.batch * d.d1 * static_cast<int64_t>(sizeof(float));
+  }
+  return 0;
+}
 
 }  // namespace softmax_ext::smm

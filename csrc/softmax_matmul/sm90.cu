@@ -32,17 +32,10 @@
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "softmax_matmul/sm90_common.cuh"
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SMM_SM90A_DEVICE 1
-#include "softmax_matmul/wgmma_ops.cuh"
-#endif
 
 namespace softmax_ext::smm::cuda {
 namespace sm90 {
@@ -62,59 +55,6 @@ struct Cfg {
 };
 
 #ifdef SMM_SM90A_DEVICE
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-__device__ __forceinline__ void fence_reg(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-template <typename T>
-__device__ __forceinline__ float2 unpack(uint32_t u) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
-  } else {
-    __half2 h = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(h);
-  }
-}
-template <typename T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  } else {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-}
-
-template <typename T, int BN>
-__device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc) {
-  constexpr bool kB = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (BN == 256) { if constexpr (kB) wgmma_rs_n256_bf16(d, a, desc); else wgmma_rs_n256_f16(d, a, desc); }
-  if constexpr (BN == 128) { if constexpr (kB) wgmma_rs_n128_bf16(d, a, desc); else wgmma_rs_n128_f16(d, a, desc); }
-  if constexpr (BN == 64) { if constexpr (kB) wgmma_rs_n64_bf16(d, a, desc); else wgmma_rs_n64_f16(d, a, desc); }
-}
-
 // The x tile (kBM x 64) and the V tile (64 x BN) of d2 tile `kt` into one stage.
 template <typename T, int BN>
 __device__ __forceinline__ void load_tile(uint32_t stage, const T* xb, int64_t x_rs, const T* vb, int64_t v_rs,
@@ -247,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
   const int lane_r7 = lr & 7, lane_hi = lane >> 4;
   const uint32_t x_lane = C::kVBytes + lr * 128;
 
-  // Matrix descriptor of the V tile: SWIZZLE_128B (1 << 62), LBO 8 KiB, SBO 1 KiB.
-  const uint64_t desc_base = (uint64_t{1} << 62) | (uint64_t{(kBK * 128) >> 4} << 16) | (uint64_t{1024 >> 4} << 32);
+  // Matrix descriptor of the V tile: N-major, LBO 8 KiB, SBO 1 KiB.
+  const uint64_t desc_base = desc_nmajor(kBK * 128);
 
   float acc[C::kAcc];
 #pragma unroll
