@@ -250,7 +250,9 @@ def test_plan(device):
             assert softmax_ext.plan(x, kind="softmax_matmul", v=v).math == "tf32"
         with tf32(False):
             p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
-            assert p.math == "exact-f32" and p.kernel.startswith("cuda.mma_sync.3xtf32"), p
+            assert p.math == "exact-f32", p
+            hopper = torch.cuda.get_device_capability() == (9, 0)
+            assert p.kernel == ("cuda.wgmma.3xtf32.128x128x32" if hopper else "cuda.mma_sync.3xtf32.128x64x32"), p
         pb = softmax_ext.plan(x.bfloat16(), kind="softmax_matmul", v=v.bfloat16())
         assert pb.math == "16-bit-f32-acc" and pb.tile == (128, 64, 64), pb
         if torch.cuda.get_device_capability() == (9, 0):  # sm_90a build (setup.py turns 9.0 into 9.0a)
@@ -268,7 +270,7 @@ def test_plan(device):
 
 
 @requires_cuda
-@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1)])
+@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1), (2, 130, 2052, 520)])
 def test_cuda_exact_f32_within_naive_bound(shape):
     b, d1, d2, d3 = shape
     x = randn((b, d1, d2), torch.float32, "cuda", 27, scale=30.0)
@@ -375,3 +377,15 @@ def test_cuda_aligned_backward(dtype, shape):
     torch.testing.assert_close(dv.double(), rv, **tol)
     d2x, d2v = _grads(x, v, go)
     assert torch.equal(dx, d2x) and torch.equal(dv, d2v)
+
+
+@requires_cuda
+@pytest.mark.parametrize("allow_tf32", [False, True], ids=["exact", "tf32"])
+@pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 70, 36, 20)], ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_tiles_f32(shape, allow_tf32):
+    # d2, d3 multiples of 4: the float32 Hopper kernels (TF32 / 3xTF32)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), torch.float32, "cuda", 48, scale=3.0)
+    v = randn((b, d2, d3), torch.float32, "cuda", 49)
+    with tf32(allow_tf32):
+        check(x, v, "tf32" if allow_tf32 else "exact")

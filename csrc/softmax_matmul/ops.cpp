@@ -151,7 +151,8 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.v_row_stride = d.v_strides[1];
   if (plan.kernel == Kernel::kCudaWgmma) {
     if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
-    else cuda::launch_sm90_f16(a, plan.bn);
+    else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
+    else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
     return {out, lse};
   }
   switch (d.dtype) {

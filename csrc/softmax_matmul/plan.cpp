@@ -36,21 +36,27 @@ bool wgmma_built() {
 #endif
 }
 
-// The Hopper kernel: f16 / bf16 on compute capability 9.0, rows read as
-// 16-byte chunks by cp.async (unit inner strides, row and batch strides a
-// multiple of 8 elements, aligned pointers). SOFTMAX_EXT_SMM_SM80=1 keeps the
+// The Hopper kernels: f16 / bf16 / f32 on compute capability 9.0, rows read
+// as 16-byte chunks (unit inner strides, row and batch strides a multiple of
+// 16 bytes, aligned pointers). SOFTMAX_EXT_SMM_SM80=1 keeps the
 // mma.sync kernel (A/B work).
 static bool wgmma_fits(const Descriptor& d) {
   if (!wgmma_built() || d.arch != 90 || !d.aligned16) return false;
-  if (d.dtype != c10::ScalarType::Half && d.dtype != c10::ScalarType::BFloat16) return false;
+  const bool f32 = d.dtype == c10::ScalarType::Float;
+  if (d.dtype != c10::ScalarType::Half && d.dtype != c10::ScalarType::BFloat16 && !f32) return false;
+  const int64_t vec = f32 ? 4 : 8;  // elements per 16 bytes
   if (d.x_strides[2] != 1 || d.v_strides[2] != 1) return false;
-  if (d.x_strides[1] % 8 != 0 || d.v_strides[1] % 8 != 0) return false;
-  if ((d.batch > 1 && d.x_strides[0] % 8 != 0) || (d.batch > 1 && d.v_strides[0] % 8 != 0)) return false;
+  if (d.x_strides[1] % vec != 0 || d.v_strides[1] % vec != 0) return false;
+  if ((d.batch > 1 && d.x_strides[0] % vec != 0) || (d.batch > 1 && d.v_strides[0] % vec != 0)) return false;
   static const bool off = [] {
     const char* env = std::getenv("SOFTMAX_EXT_SMM_SM80");
     return env != nullptr && env[0] == '1';
   }();
-  return !off;
+  static const bool f32_off = [] {  // SOFTMAX_EXT_SMM_F32_SM80=1: the same for float32 only
+    const char* env = std::getenv("SOFTMAX_EXT_SMM_F32_SM80");
+    return env != nullptr && env[0] == '1';
+  }();
+  return !off && !(f32 && f32_off);
 }
 
 int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
@@ -87,7 +93,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     return env != nullptr && env[0] == '1';
   }();
   const bool wgmma_backward =
-      cuda && backward && !blocked_bwd && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
+      cuda && backward && !blocked_bwd && !f32 && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
   (void)wgmma_backward;
@@ -103,9 +109,15 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   } else if (tensor_cores && wgmma_fits(d)) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
-    p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
-    p.bk = 64;
-    p.name = std::string("cuda.wgmma.") + tag(d.dtype) + ".128x" + std::to_string(p.bn) + "x64";
+    if (f32) {  // sm90_f32.cu: TF32 256 columns (128 for small d3), 3xTF32 128
+      p.bn = (p.math == Math::kExactF32 || d.d3 <= 128) ? 128 : 256;
+      p.bk = 32;
+    } else {
+      p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
+      p.bk = 64;
+    }
+    const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
+    p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
   } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
@@ -144,7 +156,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
 Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v) {
   if (plan.kernel == Kernel::kCudaWgmma) {
     if (!wgmma_fits(d) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0) {
-      return {Code::kUnsupported, "the wgmma kernel needs 16-byte aligned rows of x and v"};
+      return {Code::kUnsupported, "the wgmma kernels need 16-byte aligned rows of x and v"};
     }
   }
   if (plan.kernel != Kernel::kCudaMma && plan.kernel != Kernel::kCudaWgmma) return {};
