@@ -42,6 +42,8 @@ struct BwdArgs {
 // (64, 128, 256) columns per CTA; rows 16-byte aligned (plan.cpp checks).
 void launch_sm90_bf16(const Args& a, int bn);
 void launch_sm90_f16(const Args& a, int bn);
+// f32 (sm90_f32.cu): TF32 (bn 128 / 256) or 3xTF32 (split3, 128 columns).
+void launch_sm90_f32(const Args& a, int bn, bool split3);
 // Hopper backward (sm90_backward.cu): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
 void backward_sm90_bf16(const BwdArgs& a, int bn);
 void backward_sm90_f16(const BwdArgs& a, int bn);
