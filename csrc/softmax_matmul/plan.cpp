@@ -48,14 +48,11 @@ static bool wgmma_fits(const Descriptor& d) {
   if (d.x_strides[2] != 1 || d.v_strides[2] != 1) return false;
   if (d.x_strides[1] % vec != 0 || d.v_strides[1] % vec != 0) return false;
   if ((d.batch > 1 && d.x_strides[0] % vec != 0) || (d.batch > 1 && d.v_strides[0] % vec != 0)) return false;
-  static const bool off = [] {
-    const char* env = std::getenv("SOFTMAX_EXT_SMM_SM80");
-    return env != nullptr && env[0] == '1';
-  }();
-  static const bool f32_off = [] {  // SOFTMAX_EXT_SMM_F32_SM80=1: the same for float32 only
-    const char* env = std::getenv("SOFTMAX_EXT_SMM_F32_SM80");
-    return env != nullptr && env[0] == '1';
-  }();
+  // (read at each call, so that a benchmark can switch in one process)
+  const char* env = std::getenv("SOFTMAX_EXT_SMM_SM80");
+  const bool off = env != nullptr && env[0] == '1';
+  const char* env32 = std::getenv("SOFTMAX_EXT_SMM_F32_SM80");  // the same for float32 only
+  const bool f32_off = env32 != nullptr && env32[0] == '1';
   return !off && !(f32 && f32_off);
 }
 
@@ -88,10 +85,8 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   // The fused Hopper backward: also d2 and d3 multiples of 8 (dX and dV are
   // written as 32-bit pairs into contiguous tensors).
   // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
-  static const bool blocked_bwd = [] {
-    const char* env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
-    return env != nullptr && env[0] == '1';
-  }();
+  const char* bwd_env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
+  const bool blocked_bwd = bwd_env != nullptr && bwd_env[0] == '1';
   const bool wgmma_backward =
       cuda && backward && !blocked_bwd && !f32 && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA

@@ -34,8 +34,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include "softmax_matmul/sm90_common.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 namespace softmax_ext::smm::cuda {
 namespace sm90 {
@@ -50,7 +54,8 @@ template <int BN>
 struct Cfg {
   static constexpr int kVBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kVBytes + kXBytes;  // V first: 1 KiB aligned
-  static constexpr int kSmem = kStages * kStageBytes + 1024;
+  static constexpr int kBarOffset = kStages * kStageBytes;  // TMA: one mbarrier per stage
+  static constexpr int kSmem = kStages * kStageBytes + 64 + 1024;
   static constexpr int kAcc = BN / 2;  // f32 accumulators per thread
 };
 
@@ -165,8 +170,78 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&p)[4][4], uint32_t x_add
 }
 #endif  // SMM_SM90A_DEVICE
 
-template <typename T, int BN>
-__global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t batch0) {
+#ifdef SMM_SM90A_DEVICE
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t phase) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(phase)
+      : "memory");
+}
+// A 3-d box of `map` at (c0 innermost, c1, c2) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// The same, written to this offset in both CTAs of a 2-CTA cluster (each
+// completing on its own mbarrier at `bar`'s offset).
+__device__ __forceinline__ void tma_load_3d_mc2(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                                uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(static_cast<uint16_t>(3))
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The tile `kt` by TMA (one thread): V as BN / 64 boxes of 64 x 64, x as one
+// box of 64 columns x 128 rows, 128-byte swizzled, zero fill past the edges.
+// MC (2-CTA cluster of two row blocks): this CTA loads half of the V boxes
+// into both CTAs (multicast), its peer the other half.
+template <int BN, bool MC>
+__device__ __forceinline__ void tma_tile(uint32_t stage, uint32_t bar, const CUtensorMap* tmx,
+                                         const CUtensorMap* tmv, int n0, int row0, int k0, int b, int rank) {
+  mbar_expect_tx(bar, Cfg<BN>::kStageBytes);
+  if constexpr (MC) {
+    constexpr int kHalf = BN / 128;
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const int j = rank * kHalf + i;
+      tma_load_3d_mc2(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BN / 64; ++j) tma_load_3d(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
+  }
+  tma_load_3d(stage + Cfg<BN>::kVBytes, tmx, k0, row0, b, bar);
+}
+#endif
+
+// LOAD: kCpAsync: cp.async by every thread; kTma: TMA (tensor maps tmx, tmv;
+// one thread issues, an mbarrier per stage completes); kTmaCluster: TMA in
+// clusters of 2 CTAs (two row blocks of one d3 block) that share each V tile
+// by multicast, so the L2 delivers V once per pair.
+enum Load : int { kCpAsync = 0, kTma = 1, kTmaCluster = 2 };
+
+template <typename T, int BN, int LOAD>
+__global__ void __launch_bounds__(kThreads, 1)
+    smm_wgmma_kernel(Args a, int64_t batch0, const __grid_constant__ CUtensorMap tmx,
+                     const __grid_constant__ CUtensorMap tmv) {
 #ifdef SMM_SM90A_DEVICE
   using C = Cfg<BN>;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -174,8 +249,12 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
+  constexpr bool TMA = LOAD != kCpAsync, MC = LOAD == kTmaCluster;
   const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
+  // kTmaCluster: blockIdx.x = rank + 2 (nb + nblocks_n * pair), row block 2 pair + rank.
+  const int rank = MC ? static_cast<int>(blockIdx.x & 1) : 0;
+  const int64_t q = MC ? blockIdx.x >> 1 : blockIdx.x;
+  const int64_t nb = q % nblocks_n, mb = MC ? 2 * (q / nblocks_n) + rank : q / nblocks_n;
   const int64_t b = batch0 + blockIdx.y;
   const int64_t n0 = nb * BN, row0 = mb * kBM;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
@@ -197,16 +276,34 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
   uint32_t pa[4][4], pb[4][4];
   bool any_up = false;
 
+  const uint32_t bars = smem + C::kBarOffset;
+  if constexpr (TMA) {
+    if (tid == 0) {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nk)
-      load_tile<T, BN>(smem + s * C::kStageBytes, xb, a.x_row_stride, vb, a.v_row_stride, row0, n0, s * kBK, a.d1,
-                       a.d2, a.d3);
-    cp_async_commit();
+      for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      fence_proxy_async();
+    }
+    if constexpr (MC) cluster_sync();  // the peer's barriers exist before anything is multicast into it
+    else __syncthreads();
+    if (tid == 0) {
+      for (int s = 0; s < kStages - 1 && s < nk; ++s)
+        tma_tile<BN, MC>(smem + s * C::kStageBytes, bars + 8 * s, &tmx, &tmv, static_cast<int>(n0),
+                         static_cast<int>(row0), s * kBK, static_cast<int>(b), rank);
+    }
+    mbar_wait(bars, 0);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < nk)
+        load_tile<T, BN>(smem + s * C::kStageBytes, xb, a.x_row_stride, vb, a.v_row_stride, row0, n0, s * kBK, a.d1,
+                         a.d2, a.d3);
+      cp_async_commit();
+    }
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();
   }
-  cp_async_wait<kStages - 2>();
-  fence_proxy_async();
-  __syncthreads();
   const int tail_from = a.d2 % kBK == 0 ? nk : nk - 1;  // the tile with masked columns
   softmax_tile<T>(pa, smem + x_lane, lane_r7, lane_hi, m, l, scale, any_up, 2 * t, a.d2, tail_from == 0);
 
@@ -222,14 +319,25 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
     }
     wgmma_commit();
     if (kt + 1 < nk) {
-      cp_async_wait<kStages - 3>();
-      fence_proxy_async();
-      __syncthreads();  // tile kt + 1 visible; every warpgroup done with tile kt - 1
       const int kn = kt + kStages - 1;
-      if (kn < nk)
-        load_tile<T, BN>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, xb, a.x_row_stride, vb,
-                         a.v_row_stride, row0, n0, int64_t{kn} * kBK, a.d1, a.d2, a.d3);
-      cp_async_commit();
+      if constexpr (TMA) {
+        // every warpgroup (of both CTAs, with multicast) done with tile kt - 1: its stage is refilled now
+        if constexpr (MC) cluster_sync();
+        else __syncthreads();
+        if (tid == 0 && kn < nk)
+          tma_tile<BN, MC>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, bars + 8 * (kn % kStages),
+                           &tmx, &tmv, static_cast<int>(n0), static_cast<int>(row0), kn * kBK, static_cast<int>(b),
+                           rank);
+        mbar_wait(bars + 8 * ((kt + 1) % kStages), ((kt + 1) / kStages) & 1);
+      } else {
+        cp_async_wait<kStages - 3>();
+        fence_proxy_async();
+        __syncthreads();  // tile kt + 1 visible; every warpgroup done with tile kt - 1
+        if (kn < nk)
+          load_tile<T, BN>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, xb, a.x_row_stride, vb,
+                           a.v_row_stride, row0, n0, int64_t{kn} * kBK, a.d1, a.d2, a.d3);
+        cp_async_commit();
+      }
       const uint32_t next = smem + static_cast<uint32_t>((kt + 1) % kStages) * C::kStageBytes;
       softmax_tile<T>(pb, next + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{kt + 1} * kBK + 2 * t, a.d2,
                       kt + 1 == tail_from);
@@ -257,6 +365,8 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
         for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
     }
   }
+
+  if constexpr (MC) cluster_sync();  // no CTA leaves while its peer may still multicast into it
 
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
@@ -295,16 +405,94 @@ __global__ void __launch_bounds__(kThreads, 1) smm_wgmma_kernel(Args a, int64_t 
 #endif
 }
 
+// Tensor maps of x (d2, d1, batch) and V (d3, d2, batch), 16-bit, 128-byte
+// swizzle, boxes of 64 columns x 128 (x) / 64 (V) rows. False where the
+// driver refuses them (the caller then takes the cp.async kernel).
+template <typename T>
+bool make_maps(const Args& a, CUtensorMap* tmx, CUtensorMap* tmv) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return false;
+  const int64_t es = 2;
+  if (a.batch > 1 && (a.x_batch_stride <= 0 || a.v_batch_stride <= 0)) return false;  // expanded: no TMA
+  const CUtensorMapDataType dt =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const cuuint32_t estr[3] = {1, 1, 1};
+  {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d2), static_cast<cuuint64_t>(a.d1),
+                                static_cast<cuuint64_t>(a.batch)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.x_row_stride * es),
+                                   static_cast<cuuint64_t>((a.batch > 1 ? a.x_batch_stride : a.x_row_stride * a.d1) * es)};
+    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(kBM), 1};
+    if (encode(tmx, dt, 3, const_cast<void*>(a.x), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  {
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d3), static_cast<cuuint64_t>(a.d2),
+                                static_cast<cuuint64_t>(a.batch)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.v_row_stride * es),
+                                   static_cast<cuuint64_t>((a.batch > 1 ? a.v_batch_stride : a.v_row_stride * a.d2) * es)};
+    const cuuint32_t box[3] = {64, 64, 1};
+    if (encode(tmv, dt, 3, const_cast<void*>(a.v), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+      return false;
+  }
+  return true;
+}
+
 template <typename T, int BN>
 void launch(const Args& a) {
   using C = Cfg<BN>;
-  auto* kernel = &smm_wgmma_kernel<T, BN>;
+  // SOFTMAX_EXT_SMM_TMA=0: the cp.async loads (A/B work).
+  const char* tma_env = std::getenv("SOFTMAX_EXT_SMM_TMA");
+  const bool tma_on = tma_env == nullptr || tma_env[0] != '0';
+  // SOFTMAX_EXT_SMM_CLUSTER=0: TMA without the 2-CTA multicast of V (A/B work).
+  const char* cluster_env = std::getenv("SOFTMAX_EXT_SMM_CLUSTER");
+  const bool cluster_on = cluster_env == nullptr || cluster_env[0] != '0';
+  CUtensorMap tmx{}, tmv{};
+  const bool tma = tma_on && a.d1 < (int64_t{1} << 31) && a.d2 < (int64_t{1} << 31) && a.batch < (int64_t{1} << 31) &&
+                   make_maps<T>(a, &tmx, &tmv);
+  const int64_t mblocks = (a.d1 + kBM - 1) / kBM, nblocks = (a.d3 + BN - 1) / BN;
+  const bool mc = tma && cluster_on && BN >= 128 && mblocks >= 2;
+  auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
+  if constexpr (BN >= 128) {
+    if (mc) kernel = &smm_wgmma_kernel<T, BN, kTmaCluster>;
+  }
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
+  // with clusters, an even number of row blocks (a last one past d1 only loads zeros)
+  const int64_t blocks = nblocks * (mc ? 2 * ((mblocks + 1) / 2) : mblocks);
   for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-    kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0);
+    if (mc) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = C::kSmem;
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, b0, tmx, tmv));
+    } else {
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
