@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 namespace softmax_ext::smm::cuda {
 namespace sm90 {
@@ -128,7 +129,7 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
 #endif
 
 template <typename T, int BN>
-__global__ void __launch_bounds__(kThreads, 2) smm_bwd_dx_kernel(BwdArgs a, int64_t batch0) {
+__global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel(BwdArgs a, int64_t batch0) {
 #ifdef SMM_SM90A_DEVICE
   using C = DxCfg<BN>;
   constexpr int kS = kDxStages;
@@ -417,8 +418,10 @@ void backward(const BwdArgs& a, int bn_dv) {
   smm_bwd_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
       static_cast<const T*>(a.go), static_cast<const T*>(a.out), a.delta, rows, a.d3);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  {
-    constexpr int BN = 128;
+  // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
+  // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
+  auto dx = [&](auto bn_tag) {
+    constexpr int BN = decltype(bn_tag)::value;
     auto* kernel = &smm_bwd_dx_kernel<T, BN>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DxCfg<BN>::kSmem));
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
@@ -427,7 +430,10 @@ void backward(const BwdArgs& a, int bn_dv) {
       kernel<<<grid, kThreads, DxCfg<BN>::kSmem, stream>>>(a, b0);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-  }
+  };
+  const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
+  if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{});
+  else dx(std::integral_constant<int, 128>{});
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     auto* kernel = &smm_bwd_dv_kernel<T, BN>;
