@@ -86,6 +86,18 @@ def _archs_before_sm80(arch_list):
     return found
 
 
+def _with_sm90a(arch_list):
+    """A bare "9.0" entry becomes "9.0a": the same H100/H200 machine code plus
+    the sm_90a-only instructions (wgmma) of csrc/softmax_matmul/sm90.cu; no
+    extra compile pass. "9.0+PTX" is left alone (its PTX must stay portable)."""
+    entries = [e for e in arch_list.replace(",", ";").replace(" ", ";").split(";") if e]
+    return ";".join("9.0a" if e == "9.0" else e for e in entries)
+
+
+if WITH_CUDA:
+    os.environ["TORCH_CUDA_ARCH_LIST"] = _with_sm90a(os.environ["TORCH_CUDA_ARCH_LIST"])
+SM90A = WITH_CUDA and "9.0a" in os.environ["TORCH_CUDA_ARCH_LIST"].split(";")
+
 _OLD_ARCHS = _archs_before_sm80(os.environ["TORCH_CUDA_ARCH_LIST"]) if WITH_CUDA else []
 if _OLD_ARCHS:
     # The kernels use sm_80 instructions (cp.async, max.NaN.f16x2/bf16x2),
@@ -136,6 +148,8 @@ def _extension():
     defines = [f"-DSOFTMAX_EXT_TORCH_VERSION={torch_version}"]
     if WITH_CUDA:
         defines.append("-DSOFTMAX_EXT_WITH_CUDA")
+    if SM90A:
+        defines.append("-DSOFTMAX_EXT_SM90A")
     opt = ["-O0", "-g"] if DEBUG else ["-O3"]
     # -g0: Python's own compiler flags carry -g; debug info made the CPU
     # kernel objects 15 times larger and their compiles about 30% longer.

@@ -250,9 +250,19 @@ def test_plan(device):
             assert softmax_ext.plan(x, kind="softmax_matmul", v=v).math == "tf32"
         with tf32(False):
             p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
-            assert p.math == "exact-f32" and p.kernel.startswith("cuda.mma_sync.3xtf32"), p
+            assert p.math == "exact-f32", p
+            hopper = torch.cuda.get_device_capability() == (9, 0)
+            assert p.kernel == ("cuda.wgmma.3xtf32.128x128x32" if hopper else "cuda.mma_sync.3xtf32.128x64x32"), p
         pb = softmax_ext.plan(x.bfloat16(), kind="softmax_matmul", v=v.bfloat16())
-        assert pb.math == "16-bit-f32-acc" and pb.kernel.startswith("cuda.mma_sync.bf16") and pb.tile == (128, 64, 64)
+        assert pb.math == "16-bit-f32-acc" and pb.tile == (128, 64, 64), pb
+        if torch.cuda.get_device_capability() == (9, 0):  # sm_90a build (setup.py turns 9.0 into 9.0a)
+            assert pb.kernel == "cuda.wgmma.bf16.128x64x64", pb
+            # rows that are not 16-byte aligned (d2 = 201): the mma.sync kernel
+            pu = softmax_ext.plan(torch.zeros(2, 3, 100, 201, device=device, dtype=torch.bfloat16),
+                                  kind="softmax_matmul", v=torch.zeros(2, 3, 201, 48, device=device, dtype=torch.bfloat16))
+            assert pu.kernel.startswith("cuda.mma_sync.bf16"), pu
+        else:
+            assert pb.kernel.startswith("cuda.mma_sync.bf16"), pb
     pd = softmax_ext.plan(x.double(), kind="softmax_matmul", v=v.double(), backward=True)
     assert pd.accumulator == torch.float64 and pd.math == "f64" and "backward" in pd.kernel
     with pytest.raises(ValueError, match="v="):
@@ -260,7 +270,7 @@ def test_plan(device):
 
 
 @requires_cuda
-@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1)])
+@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1), (2, 130, 2052, 520)])
 def test_cuda_exact_f32_within_naive_bound(shape):
     b, d1, d2, d3 = shape
     x = randn((b, d1, d2), torch.float32, "cuda", 27, scale=30.0)
@@ -308,3 +318,74 @@ def test_cuda_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out.double(), reference(x, v), **TOL[torch.bfloat16])
+
+
+# The Hopper (wgmma) kernel takes 16-byte aligned rows: d2 and d3 multiples of
+# 8 here, with tails of its 64-column d2 tiles, its 128-row blocks and its
+# 64 / 128 / 256-column d3 blocks.
+WGMMA_SHAPES = [(1, 1, 8, 8), (2, 130, 200, 136), (3, 257, 1000, 520), (2, 64, 64, 256), (1, 200, 4096, 64),
+                (2, 129, 520, 328)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("shape", WGMMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_tiles(dtype, shape):
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 40, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 41)
+    check(x, v)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+def test_cuda_aligned_growing_max_and_neg_inf(dtype):
+    # the row max grows tile after tile (every tile moves it by more than 2^8),
+    # rows of -inf before finite tiles, a whole -inf row, randn * 30
+    b, d1, d2, d3 = 2, 150, 1096, 264
+    ramp = torch.linspace(0, 60, d2, dtype=torch.float64)
+    x = (randn((b, d1, d2), torch.float64, "cpu", 42) + ramp).to(dtype=dtype, device="cuda")
+    x[1] = randn((d1, d2), dtype, "cuda", 43, scale=30.0)
+    x[0, 3, :700] = -float("inf")
+    x[0, 7, 64:] = -float("inf")
+    x[1, 9, :] = -float("inf")
+    v = randn((b, d2, d3), dtype, "cuda", 44)
+    out = check(x, v)
+    assert torch.isnan(out[1, 9]).all() and not torch.isnan(out[0]).any()
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1096, 520), (3, 1, 8, 8), (2, 64, 64, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_backward(dtype, shape):
+    # d2, d3 multiples of 8: the fused backward kernels on sm_90 (tails of
+    # their 128-row, 128-column and 64-row tiles)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 45, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 46)
+    go = randn((b, d1, d3), dtype, "cuda", 47)
+    if torch.cuda.get_device_capability() == (9, 0):
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
+        assert p.kernel.startswith("cuda.wgmma.backward.") and p.workspace_size == 4 * b * d1, p
+    dx, dv = _grads(x, v, go)
+    x64 = x.double().requires_grad_()
+    v64 = v.double().requires_grad_()
+    rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+    tol = {torch.float16: dict(atol=4e-3, rtol=1e-2), torch.bfloat16: dict(atol=3e-2, rtol=5e-2)}[dtype]
+    torch.testing.assert_close(dx.double(), rx, **tol)
+    torch.testing.assert_close(dv.double(), rv, **tol)
+    d2x, d2v = _grads(x, v, go)
+    assert torch.equal(dx, d2x) and torch.equal(dv, d2v)
+
+
+@requires_cuda
+@pytest.mark.parametrize("allow_tf32", [False, True], ids=["exact", "tf32"])
+@pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 70, 36, 20)], ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_tiles_f32(shape, allow_tf32):
+    # d2, d3 multiples of 4: the float32 Hopper kernels (TF32 / 3xTF32)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), torch.float32, "cuda", 48, scale=3.0)
+    v = randn((b, d2, d3), torch.float32, "cuda", 49)
+    with tf32(allow_tf32):
+        check(x, v, "tf32" if allow_tf32 else "exact")

@@ -22,6 +22,31 @@ struct Args {
 void launch_bf16(const Args& a, int warps, int bn);
 void launch_f16(const Args& a, int warps, int bn);
 void launch_f32(const Args& a, int warps, int bn, bool split3);  // split3: 3xTF32 (float32-accurate)
+// The backward's buffers: go / out / dx / dv contiguous (batch, ., .); delta
+// is a (batch, d1) f32 workspace (rowsum(dO * O)).
+struct BwdArgs {
+  const void* x = nullptr;
+  const void* v = nullptr;
+  const void* go = nullptr;
+  const void* out = nullptr;
+  const float* lse = nullptr;
+  float* delta = nullptr;
+  void* dx = nullptr;
+  void* dv = nullptr;
+  int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
+  int64_t x_batch_stride = 0, x_row_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0;
+};
+
+// Hopper (sm_90a, sm90.cu): wgmma with P from registers, 128 rows x `bn`
+// (64, 128, 256) columns per CTA; rows 16-byte aligned (plan.cpp checks).
+void launch_sm90_bf16(const Args& a, int bn);
+void launch_sm90_f16(const Args& a, int bn);
+// f32 (sm90_f32.cu): TF32 (bn 128 / 256) or 3xTF32 (split3, 128 columns).
+void launch_sm90_f32(const Args& a, int bn, bool split3);
+// Hopper backward (sm90_backward.cu): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
+void backward_sm90_bf16(const BwdArgs& a, int bn);
+void backward_sm90_f16(const BwdArgs& a, int bn);
 int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda

@@ -89,6 +89,8 @@ Descriptor describe(const at::Tensor& x3, const at::Tensor& v3) {
   d.device = x3.device().type();
   if (x3.is_cuda()) {
     d.allow_tf32 = at::globalContext().allowTF32CuBLAS();
+    d.aligned16 = reinterpret_cast<uintptr_t>(x3.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<uintptr_t>(v3.data_ptr()) % 16 == 0;
 #ifdef SOFTMAX_EXT_WITH_CUDA
     d.arch = cuda::device_arch(x3.get_device());
 #endif
@@ -147,6 +149,12 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.x_row_stride = d.x_strides[1];
   a.v_batch_stride = d.v_strides[0];
   a.v_row_stride = d.v_strides[1];
+  if (plan.kernel == Kernel::kCudaWgmma) {
+    if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
+    else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
+    else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
+    return {out, lse};
+  }
   switch (d.dtype) {
     case at::kBFloat16: cuda::launch_bf16(a, plan.bm / 16, plan.bn); break;
     case at::kHalf: cuda::launch_f16(a, plan.bm / 16, plan.bn); break;
@@ -164,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, c
   const Plan plan = make_plan(describe(x3, v3), false);
   at::Tensor out, lse;
 #ifdef SOFTMAX_EXT_WITH_CUDA
-  if (plan.kernel == Kernel::kCudaMma) std::tie(out, lse) = run_cuda(plan, x3, v3);
+  if (plan.kernel == Kernel::kCudaMma || plan.kernel == Kernel::kCudaWgmma) std::tie(out, lse) = run_cuda(plan, x3, v3);
 #endif
   if (plan.kernel == Kernel::kBlocked) std::tie(out, lse) = blocked_forward(x3, v3, plan.bk);
   std::vector<int64_t> lse_shape(x.sizes().begin(), x.sizes().end() - 1);
@@ -186,7 +194,42 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
   const Plan plan = make_plan(describe(x3, v3), true);
   at::Tensor go = as_3d(grad_out.to(x.scalar_type())), o3 = as_3d(out);
   at::Tensor l2 = lse.reshape({x3.size(0), x3.size(1)});
-  auto [dx, dv] = blocked_backward(go, x3, v3, o3, l2, plan.bk);
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (plan.kernel == Kernel::kCudaWgmma && x3.numel() > 0 && v3.numel() > 0) {
+    const Descriptor d = describe(x3, v3);
+    if (can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
+      go = go.contiguous();
+      o3 = o3.contiguous();
+      l2 = l2.to(at::kFloat).contiguous();
+      at::Tensor dx = at::empty({d.batch, d.d1, d.d2}, x3.options());
+      at::Tensor dv = at::empty({d.batch, d.d2, d.d3}, v3.options());
+      at::Tensor delta = at::empty({plan.workspace_bytes / static_cast<int64_t>(sizeof(float))},
+                                   x3.options().dtype(at::kFloat));
+      cuda::BwdArgs a;
+      a.x = x3.data_ptr();
+      a.v = v3.data_ptr();
+      a.go = go.data_ptr();
+      a.out = o3.data_ptr();
+      a.lse = l2.data_ptr<float>();
+      a.delta = delta.data_ptr<float>();
+      a.dx = dx.data_ptr();
+      a.dv = dv.data_ptr();
+      a.batch = d.batch;
+      a.d1 = d.d1;
+      a.d2 = d.d2;
+      a.d3 = d.d3;
+      a.x_batch_stride = d.x_strides[0];
+      a.x_row_stride = d.x_strides[1];
+      a.v_batch_stride = d.v_strides[0];
+      a.v_row_stride = d.v_strides[1];
+      if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
+      else cuda::backward_sm90_f16(a, plan.bn);
+      return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
+    }
+  }
+#endif
+  const int64_t bk = plan.kernel == Kernel::kBlocked ? plan.bk : blocked_columns(x3.size(0) * x3.size(1), x3.size(2), x3.is_cuda(), true);
+  auto [dx, dv] = blocked_backward(go, x3, v3, o3, l2, bk);
   return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
 }
 

@@ -28,6 +28,34 @@ static const char* tag(c10::ScalarType t) {
   }
 }
 
+bool wgmma_built() {
+#if defined(SOFTMAX_EXT_WITH_CUDA) && defined(SOFTMAX_EXT_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The Hopper kernels: f16 / bf16 / f32 on compute capability 9.0, rows read
+// as 16-byte chunks (unit inner strides, row and batch strides a multiple of
+// 16 bytes, aligned pointers). SOFTMAX_EXT_SMM_SM80=1 keeps the
+// mma.sync kernel (A/B work).
+static bool wgmma_fits(const Descriptor& d) {
+  if (!wgmma_built() || d.arch != 90 || !d.aligned16) return false;
+  const bool f32 = d.dtype == c10::ScalarType::Float;
+  if (d.dtype != c10::ScalarType::Half && d.dtype != c10::ScalarType::BFloat16 && !f32) return false;
+  const int64_t vec = f32 ? 4 : 8;  // elements per 16 bytes
+  if (d.x_strides[2] != 1 || d.v_strides[2] != 1) return false;
+  if (d.x_strides[1] % vec != 0 || d.v_strides[1] % vec != 0) return false;
+  if ((d.batch > 1 && d.x_strides[0] % vec != 0) || (d.batch > 1 && d.v_strides[0] % vec != 0)) return false;
+  // (read at each call, so that a benchmark can switch in one process)
+  const char* env = std::getenv("SOFTMAX_EXT_SMM_SM80");
+  const bool off = env != nullptr && env[0] == '1';
+  const char* env32 = std::getenv("SOFTMAX_EXT_SMM_F32_SM80");  // the same for float32 only
+  const bool f32_off = env32 != nullptr && env32[0] == '1';
+  return !off && !(f32 && f32_off);
+}
+
 int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
   // Temporaries of (rows, block) elements: ~4M on CPU (cache-sized steps and
   // O(rows) memory), ~32M on CUDA (large enough GEMMs for cuBLAS).
@@ -54,12 +82,38 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   else p.math = (cuda && d.allow_tf32) ? Math::kTF32 : (cuda ? Math::kExactF32 : Math::kF32);
 
   const bool tensor_cores = cuda && !backward && d.dtype != ScalarType::Double && d.arch >= 80;
+  // The fused Hopper backward: also d2 and d3 multiples of 8 (dX and dV are
+  // written as 32-bit pairs into contiguous tensors).
+  // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
+  const char* bwd_env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
+  const bool blocked_bwd = bwd_env != nullptr && bwd_env[0] == '1';
+  const bool wgmma_backward =
+      cuda && backward && !blocked_bwd && !f32 && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
+  (void)wgmma_backward;
   if (false) {
 #else
-  if (tensor_cores) {
+  if (wgmma_backward) {
 #endif
+    p.kernel = Kernel::kCudaWgmma;
+    p.bm = 128;
+    p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
+    p.bk = 64;
+    p.name = std::string("cuda.wgmma.backward.") + tag(d.dtype) + ".128x" + std::to_string(p.bn) + "x64";
+  } else if (tensor_cores && wgmma_fits(d)) {
+    p.kernel = Kernel::kCudaWgmma;
+    p.bm = 128;
+    if (f32) {  // sm90_f32.cu: TF32 256 columns (128 for small d3), 3xTF32 128
+      p.bn = (p.math == Math::kExactF32 || d.d3 <= 128) ? 128 : 256;
+      p.bk = 32;
+    } else {
+      p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
+      p.bk = 64;
+    }
+    const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
+    p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
+  } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
     // from L2, so flops per byte grow with both tile sides.
@@ -95,7 +149,12 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
 }
 
 Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v) {
-  if (plan.kernel != Kernel::kCudaMma) return {};
+  if (plan.kernel == Kernel::kCudaWgmma) {
+    if (!wgmma_fits(d) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0) {
+      return {Code::kUnsupported, "the wgmma kernels need 16-byte aligned rows of x and v"};
+    }
+  }
+  if (plan.kernel != Kernel::kCudaMma && plan.kernel != Kernel::kCudaWgmma) return {};
   // The kernel reads columns with unit stride (x along d2, v along d3); other
   // strides are vectorised only where 16-byte aligned, which the kernel checks
   // itself per row (tails and unaligned rows take element loads).
@@ -112,6 +171,12 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
   return {};
 }
 
-int64_t workspace_size(const Plan&, const Descriptor&) { return 0; }
+int64_t workspace_size(const Plan& plan, const Descriptor& d) {
+  // The fused backward's D = rowsum(dO * O): (batch, d1) f32.
+  if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
+    return d.batch * d.d1 * static_cast<int64_t>(sizeof(float));
+  }
+  return 0;
+}
 
 }  // namespace softmax_ext::smm

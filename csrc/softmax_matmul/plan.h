@@ -37,12 +37,18 @@ struct Descriptor {
   c10::DeviceType device = c10::DeviceType::CPU;
   bool allow_tf32 = false;  // torch.backends.cuda.matmul.allow_tf32 at the call
   int arch = 0;             // compute capability * 10 (CUDA), 0 on CPU
+  bool aligned16 = false;   // x's and v's data pointers 16-byte aligned
 };
 
 enum class Kernel : uint8_t {
   kBlocked,     // ATen matmuls on blocks of d2, online max/sum (CPU; CUDA float64)
   kCudaMma,     // mma.sync tensor cores, one CTA per (batch, 64 rows, BN columns)
+  kCudaWgmma,   // Hopper wgmma (sm_90a), 16-bit: one CTA per (batch, 128 rows, BN columns)
 };
+
+// Whether this build carries the sm_90a (wgmma) kernels: setup.py defines
+// SOFTMAX_EXT_SM90A when the arch list has 9.0a.
+bool wgmma_built();
 
 enum class Math : uint8_t {
   kExactF32,    // float32-accurate (CUDA: 3xTF32 split on tensor cores)
