@@ -36,14 +36,13 @@ The decompositions go into Inductor's table when torch._inductor's lowering
 module is imported (a post-import hook: importing Inductor costs seconds,
 and softmax_ext does not import it itself)."""
 
-import importlib.abc
-import importlib.util
 import os
-import sys
 
 
 import torch
 from torch.utils.weak import WeakTensorKeyDictionary
+
+from . import _import_hooks
 
 HANDOFF = os.environ.get("SOFTMAX_EXT_INDUCTOR_HANDOFF", "1") != "0"
 HANDOFF_MAX_ROW = 1024
@@ -226,31 +225,6 @@ def _register(lowering) -> None:
         cached.cache_clear()
 
 
-class _PostImportHook(importlib.abc.MetaPathFinder):
-    """Registers with Inductor right after its lowering module (which
-    imports the decomposition table) has run."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_register(module):
-            exec_module(module)
-            _register(module)
-
-        spec.loader.exec_module = exec_and_register
-        return spec
-
-
 def install() -> None:
-    if not HANDOFF:
-        return
-    if _MODULE in sys.modules:
-        _register(sys.modules[_MODULE])
-    elif not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PostImportHook())
+    if HANDOFF:
+        _import_hooks.after_import(_MODULE, _register, "the Inductor decompositions")

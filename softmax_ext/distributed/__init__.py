@@ -12,14 +12,13 @@
 See docs/distributed.md.
 """
 
-import importlib.util
 import sys
-import warnings
 from typing import Optional
 
 import torch
 
 from . import _meta  # noqa: F401  (fake kernels of the per-rank ops)
+from .._import_hooks import after_import
 
 _ops = torch.ops.softmax_ext
 
@@ -59,46 +58,20 @@ def plan(x: torch.Tensor, dim: int = -1, step: str = "stats") -> str:
     return _ops._rows_plan.default(x, dim, step)[0]
 
 
-def _register_dtensor_rules() -> None:
+_DTENSOR = "torch.distributed.tensor"
+
+
+def _register_dtensor_rules(_module=None) -> None:
     from . import _dtensor  # noqa: F401  (registers the DTensor sharding rules)
-
-
-class _OnDTensorImport:
-    """A one-shot import hook: registers the DTensor rules right after
-    torch.distributed.tensor is first imported. Importing DTensor costs
-    about half a second, which users who never touch it should not pay, and
-    no DTensor can exist before it is imported."""
-
-    _NAME = "torch.distributed.tensor"
-
-    def find_spec(self, name, path, target=None):
-        if name != self._NAME:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_register(module):
-            exec_module(module)
-            try:
-                _register_dtensor_rules()
-            except Exception as exc:  # never break the user's import of DTensor
-                warnings.warn(f"softmax_ext: the DTensor sharding rules could not be registered ({exc!r}); "
-                              "DTensor inputs to softmax_ext ops will fail")
-
-        spec.loader.exec_module = exec_and_register
-        return spec
 
 
 if AVAILABLE:
     from ._exchange import all_gather_stats, combine_stats, exchange_stats, exchange_sums, log_softmax, softmax
 
-    if _OnDTensorImport._NAME in sys.modules:
-        _register_dtensor_rules()
-    else:
-        sys.meta_path.insert(0, _OnDTensorImport())
+    # Importing DTensor costs about half a second, which users who never
+    # touch it should not pay, and no DTensor can exist before it is imported.
+    after_import(_DTENSOR, _register_dtensor_rules,
+                 "the DTensor sharding rules (DTensor inputs to softmax_ext ops will fail)")
 
     def register_rule(name, rule):
         """Registers a DTensor sharding rule for torch.ops.softmax_ext.<name>
@@ -110,7 +83,7 @@ if AVAILABLE:
     def dtensor_call(x, dim: int, kind: str, dtype: Optional[torch.dtype]):
         """The sharded-axis path for softmax_ext.softmax / log_softmax: the
         result for a DTensor whose softmax axis is sharded, else None."""
-        if _OnDTensorImport._NAME not in sys.modules:
+        if _DTENSOR not in sys.modules:
             return None  # no DTensor can exist yet
         from torch.distributed.tensor import DTensor
 
