@@ -117,6 +117,19 @@ std::vector<int64_t> out_shape(const at::Tensor& x, const at::Tensor& v) {
 }
 
 #ifdef SOFTMAX_EXT_WITH_CUDA
+// The problem fields that the forward's and the backward's launch arguments share.
+template <typename LaunchArgs>
+void set_problem(LaunchArgs& a, const Descriptor& d) {
+  a.batch = d.batch;
+  a.d1 = d.d1;
+  a.d2 = d.d2;
+  a.d3 = d.d3;
+  a.x_batch_stride = d.x_strides[0];
+  a.x_row_stride = d.x_strides[1];
+  a.v_batch_stride = d.v_strides[0];
+  a.v_row_stride = d.v_strides[1];
+}
+
 std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at::Tensor v3) {
   // The kernel needs unit stride along d2 / d3: other layouts are copied here
   // (the only copy besides as_3d's), and the plan is made again for the copy.
@@ -141,14 +154,7 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.v = v3.data_ptr();
   a.out = out.data_ptr();
   a.lse = lse.data_ptr<float>();
-  a.batch = d.batch;
-  a.d1 = d.d1;
-  a.d2 = d.d2;
-  a.d3 = d.d3;
-  a.x_batch_stride = d.x_strides[0];
-  a.x_row_stride = d.x_strides[1];
-  a.v_batch_stride = d.v_strides[0];
-  a.v_row_stride = d.v_strides[1];
+  set_problem(a, d);
   if (plan.kernel == Kernel::kCudaWgmma) {
     if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
     else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
@@ -214,14 +220,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       a.delta = delta.data_ptr<float>();
       a.dx = dx.data_ptr();
       a.dv = dv.data_ptr();
-      a.batch = d.batch;
-      a.d1 = d.d1;
-      a.d2 = d.d2;
-      a.d3 = d.d3;
-      a.x_batch_stride = d.x_strides[0];
-      a.x_row_stride = d.x_strides[1];
-      a.v_batch_stride = d.v_strides[0];
-      a.v_row_stride = d.v_strides[1];
+      set_problem(a, d);
       if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
       else cuda::backward_sm90_f16(a, plan.bn);
       return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
