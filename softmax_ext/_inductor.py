@@ -38,7 +38,6 @@ and softmax_ext does not import it itself)."""
 
 import os
 
-
 import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -106,8 +105,6 @@ def _backward(kind: str):
 _VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default,
           torch.ops.aten.detach.default, torch.ops.aten.alias.default)
 _CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
-
-
 _downcasts = WeakTensorKeyDictionary()  # traced upcast -> its cast back to 16 bits
 
 
@@ -135,7 +132,8 @@ def _upcast_source(x: torch.Tensor):
         if node.op != "call_function" or node.target not in _CONVERTS or not isinstance(node.args[0], torch.fx.Node):
             return None
         val = node.args[0].meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.bfloat16, torch.float16):
+        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.bfloat16, torch.float16) \
+                or val.device != x.device:
             return None
         held = {slot.proxy.node: t for t, slot in mode.tracer.tensor_tracker.items()}
         # the 16-bit tensor itself, or a tensor it is a view of, when the
