@@ -65,39 +65,9 @@ template <typename T, int BN>
 __device__ __forceinline__ void load_tile(uint32_t stage, const T* xb, int64_t x_rs, const T* vb, int64_t v_rs,
                                           int64_t row0, int64_t n0, int64_t k0, int64_t d1, int64_t d2,
                                           int64_t d3) {
-  const int tid = threadIdx.x;
-  // V: 64 rows x BN/8 chunks.
-  constexpr int kVChunksPerRow = BN / 8;
-#pragma unroll
-  for (int i = 0; i < kBK * kVChunksPerRow / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int r = id / kVChunksPerRow, c = id % kVChunksPerRow;
-    const uint32_t dst = stage + (c >> 3) * (kBK * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    const int64_t k = k0 + r, n = n0 + 8 * c;
-    int bytes = 0;
-    const T* src = vb;
-    if (k < d2 && n < d3) {
-      bytes = d3 - n >= 8 ? 16 : static_cast<int>(d3 - n) * 2;
-      src = vb + k * v_rs + n;
-    }
-    cp_async16(dst, src, bytes);
-  }
-  // x: kBM rows x 8 chunks.
-  const uint32_t xs = stage + Cfg<BN>::kVBytes;
-#pragma unroll
-  for (int i = 0; i < kBM * 8 / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int r = id >> 3, c = id & 7;
-    const uint32_t dst = xs + r * 128 + ((c ^ (r & 7)) << 4);
-    const int64_t row = row0 + r, col = k0 + 8 * c;
-    int bytes = 0;
-    const T* src = xb;
-    if (row < d1 && col < d2) {
-      bytes = d2 - col >= 8 ? 16 : static_cast<int>(d2 - col) * 2;
-      src = xb + row * x_rs + col;
-    }
-    cp_async16(dst, src, bytes);
-  }
+  // V: 64 rows x BN/8 chunks; x: kBM rows x 8 chunks.
+  load_swizzled_tile<T, kBK, BN / 8, kThreads>(stage, vb, v_rs, k0, n0, d2, d3);
+  load_swizzled_tile<T, kBM, 8, kThreads>(stage + Cfg<BN>::kVBytes, xb, x_rs, row0, k0, d1, d2);
 }
 
 // Online softmax of one x tile for this thread's two rows (g, g + 8 of its

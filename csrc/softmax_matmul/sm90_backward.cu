@@ -95,36 +95,9 @@ struct DxCfg {
 template <typename T, int BN>
 __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const T* vb, const T* gb, int64_t row0,
                                         int64_t n0, int64_t k0) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < BN * 8 / kThreads; ++i) {  // V rows n0.., columns k0..k0+63
-    const int id = tid + i * kThreads;
-    const int r = id >> 3, c = id & 7;
-    const uint32_t dst = stage + r * 128 + ((c ^ (r & 7)) << 4);
-    const int64_t n = n0 + r, k = k0 + 8 * c;
-    int bytes = 0;
-    const T* src = vb;
-    if (n < a.d2 && k < a.d3) {
-      bytes = a.d3 - k >= 8 ? 16 : static_cast<int>(a.d3 - k) * 2;
-      src = vb + n * a.v_row_stride + k;
-    }
-    cp_async16(dst, src, bytes);
-  }
-  const uint32_t os = stage + DxCfg<BN>::kVBytes;
-#pragma unroll
-  for (int i = 0; i < 128 * 8 / kThreads; ++i) {  // dO rows row0.., columns k0..k0+63
-    const int id = tid + i * kThreads;
-    const int r = id >> 3, c = id & 7;
-    const uint32_t dst = os + r * 128 + ((c ^ (r & 7)) << 4);
-    const int64_t row = row0 + r, k = k0 + 8 * c;
-    int bytes = 0;
-    const T* src = gb;
-    if (row < a.d1 && k < a.d3) {
-      bytes = a.d3 - k >= 8 ? 16 : static_cast<int>(a.d3 - k) * 2;
-      src = gb + row * a.d3 + k;
-    }
-    cp_async16(dst, src, bytes);
-  }
+  // V rows n0.., columns k0..k0+63; dO rows row0.., columns k0..k0+63
+  load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
+  load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
 }
 #endif
 
@@ -251,36 +224,9 @@ template <typename T, int BN>
 __device__ __forceinline__ void dv_load(uint32_t stage, const BwdArgs& a, const T* xb, const T* gb,
                                         const float* lb, int64_t m0, int64_t n0, int64_t k0) {
   const int tid = threadIdx.x;
-  constexpr int kOChunksPerRow = BN / 8;
-#pragma unroll
-  for (int i = 0; i < 64 * kOChunksPerRow / kThreads; ++i) {  // dO rows k0.., columns n0..
-    const int id = tid + i * kThreads;
-    const int r = id / kOChunksPerRow, c = id % kOChunksPerRow;
-    const uint32_t dst = stage + (c >> 3) * (64 * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    const int64_t k = k0 + r, n = n0 + 8 * c;
-    int bytes = 0;
-    const T* src = gb;
-    if (k < a.d1 && n < a.d3) {
-      bytes = a.d3 - n >= 8 ? 16 : static_cast<int>(a.d3 - n) * 2;
-      src = gb + k * a.d3 + n;
-    }
-    cp_async16(dst, src, bytes);
-  }
-  const uint32_t xs = stage + DvCfg<BN>::kOBytes;
-#pragma unroll
-  for (int i = 0; i < 64 * 16 / kThreads; ++i) {  // x rows k0.., columns m0..m0+127
-    const int id = tid + i * kThreads;
-    const int r = id >> 4, c = id & 15;
-    const uint32_t dst = xs + (c >> 3) * (64 * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    const int64_t k = k0 + r, m = m0 + 8 * c;
-    int bytes = 0;
-    const T* src = xb;
-    if (k < a.d1 && m < a.d2) {
-      bytes = a.d2 - m >= 8 ? 16 : static_cast<int>(a.d2 - m) * 2;
-      src = xb + k * a.x_row_stride + m;
-    }
-    cp_async16(dst, src, bytes);
-  }
+  // dO rows k0.., columns n0..; x rows k0.., columns m0..m0+127
+  load_swizzled_tile<T, 64, BN / 8, kThreads>(stage, gb, a.d3, k0, n0, a.d1, a.d3);
+  load_swizzled_tile<T, 64, 16, kThreads>(stage + DvCfg<BN>::kOBytes, xb, a.x_row_stride, k0, m0, a.d1, a.d2);
   if (tid < 64) {
     const uint32_t dst = stage + DvCfg<BN>::kOBytes + DvCfg<BN>::kXBytes + tid * 4;
     const int64_t k = k0 + tid;

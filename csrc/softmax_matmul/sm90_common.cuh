@@ -98,6 +98,32 @@ __device__ __forceinline__ uint64_t desc_nmajor(uint32_t block_bytes) {
 __device__ __forceinline__ uint64_t desc_kmajor() {
   return (uint64_t{1} << 62) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32);
 }
+// A tile of ROWS rows x CHUNKS 16-byte chunks (8 16-bit elements each) of a
+// row-major matrix in global memory -- rows row0.., columns col0.., row
+// stride ld; rows past rows_end and columns past cols_end read as zeros --
+// into shared memory at `base` by THREADS threads with cp.async: panels of
+// 64 columns, each ROWS rows of 128 bytes, a row's chunks XOR-swizzled by
+// the row (the 128-byte swizzle that ldmatrix and the wgmma descriptors read).
+template <typename T, int ROWS, int CHUNKS, int THREADS>
+__device__ __forceinline__ void load_swizzled_tile(uint32_t base, const T* g, int64_t ld, int64_t row0,
+                                                   int64_t col0, int64_t rows_end, int64_t cols_end) {
+  static_assert(ROWS * CHUNKS % THREADS == 0, "every thread loads the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
+    const uint32_t id = threadIdx.x + i * THREADS;  // unsigned: / and % are shifts and masks
+    const uint32_t r = id / CHUNKS, c = id % CHUNKS;
+    const uint32_t dst = base + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    const int64_t row = row0 + r, col = col0 + 8 * c;
+    int bytes = 0;
+    const T* src = g;
+    if (row < rows_end && col < cols_end) {
+      bytes = cols_end - col >= 8 ? 16 : static_cast<int>(cols_end - col) * 2;
+      src = g + row * ld + col;
+    }
+    cp_async16(dst, src, bytes);
+  }
+}
+
 #endif  // SMM_SM90A_DEVICE
 
 }  // namespace softmax_ext::smm::cuda::sm90
