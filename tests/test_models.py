@@ -158,6 +158,28 @@ def test_transformers_models_match_torch(arch, how, compiled):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])  # (causal LMs: transformers' loss upcasts the logits)
+def test_integration_loss_of_16bit_logits_is_transformers_float32_loss(arch):
+    """bf16 logits: the integration reads them as they are, and its loss has
+    the value transformers computes on logits.float() (not the bf16-rounded
+    one), with the same gradients."""
+    from softmax_ext.integrations import transformers as sx_transformers
+
+    torch.manual_seed(0)
+    model = _tiny_model(arch).to(torch.bfloat16).eval()
+    model.config.use_cache = False
+    ids = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(3))
+    labels = ids.clone()
+    labels[:, :3] = -100
+    loss_ref, grads_ref = _hf_loss_and_grads(model, ids, labels)
+    sx_transformers.apply(model)
+    loss, grads = _hf_loss_and_grads(model, ids, labels)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, loss_ref, rtol=2e-6, atol=2e-6)
+    for g, r in zip(grads, grads_ref):
+        torch.testing.assert_close(g.float(), r.float(), rtol=2e-2, atol=2e-3)
+
+
 def test_integration_reapplied_reuses_compiled_code():
     """apply() / remove() around every step (as a benchmark interleaving
     variants does) does not make torch.compile recompile: the modeling

@@ -7,7 +7,7 @@ apply(model) routes
 - the loss: a causal-LM or masked-LM head's loss goes to
   softmax_ext.cross_entropy on the logits as they come out of the head (no
   float32 copy of the (tokens, vocab) logits; the maths is float32 inside and
-  the loss is returned in float32, like transformers' own loss);
+  the loss is returned in float32 with transformers' own float32 value);
 - the softmax, log_softmax and cross_entropy calls that the model's modeling
   code makes through ``nn.functional`` / ``nn.CrossEntropyLoss`` (the eager
   attention softmax among them), by giving those modeling modules an ``nn``
@@ -29,7 +29,6 @@ from typing import Dict, Optional
 import torch
 
 from .. import nn as sx_nn
-from .._cross_entropy import cross_entropy
 from ..patching import routed
 
 # Modeling modules given the softmax_ext namespace: module -> its own names.
@@ -78,9 +77,23 @@ def _modeling_modules(model: torch.nn.Module):
 
 def _fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: int = -100, **kwargs):
     """transformers' fixed_cross_entropy on softmax_ext: "sum" divided by
-    num_items_in_batch when given, "mean" otherwise; a float32 loss."""
+    num_items_in_batch when given, "mean" otherwise; a float32 loss whose
+    value is the float32 one transformers computes on `logits.float()`."""
     reduction = "sum" if num_items_in_batch is not None else "mean"
-    loss = cross_entropy(source, target, ignore_index=ignore_index, reduction=reduction).float()
+    loss, lse, total = torch.ops.softmax_ext._cross_entropy_forward.default(
+        source, target, None, ignore_index, reduction, 0.0, False)
+    loss = loss.float()
+    if source.dtype != loss.dtype:
+        # The op returns the loss in the logits' dtype. Its float32 value,
+        # from the float32 log-sum-exp and the target logits (an O(rows)
+        # gather), replaces the rounded one; the gradient, computed in
+        # float32 by the op's backward, is the same for both.
+        keep = target != ignore_index
+        picked = source.gather(1, torch.where(keep, target, 0).unsqueeze(1)).squeeze(1).float()
+        exact = torch.where(keep, lse - picked, 0.0).sum()
+        if reduction == "mean":
+            exact = exact / total
+        loss = loss + (exact - loss).detach()
     if reduction == "sum":
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(loss.device)
