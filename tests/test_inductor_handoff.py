@@ -103,6 +103,8 @@ def _check_attention(device, dtype, n):
 def test_attention_fuses_on_cpu(handoff_on_cpu):
     code = _check_attention("cpu", torch.float32, 64)
     assert "torch.ops.softmax_ext" not in code
+    code = _check_attention("cpu", torch.float32, 2048)  # past the handoff: softmax_ext's kernel
+    assert "torch.ops.softmax_ext.softmax.default" in code
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA")
