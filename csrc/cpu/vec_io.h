@@ -84,7 +84,30 @@ struct Io {
     load_partial(p, len, pad, a, b);
   }
 
+#if defined(CPU_CAPABILITY_AVX2)
+  // AVX2 float rows: masked loads and stores, lanes past the row set to pad
+  // (short rows are mostly partial blocks).
+  static constexpr bool kMasked = kPlain && std::is_same_v<acc_t, float>;
+  static __m256i lanes_below(int64_t count) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, kW))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V masked_load(const float* p, int64_t count, float pad) {
+    const __m256i m = lanes_below(count);
+    return _mm256_blendv_ps(_mm256_set1_ps(pad), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
+#else
+  static constexpr bool kMasked = false;
+#endif
+
   C10_NOINLINE static void load_partial(const mem_t* p, int64_t len, acc_t pad, V& a, V& b) {
+#if defined(CPU_CAPABILITY_AVX2)
+    if constexpr (kMasked) {
+      a = masked_load(p, len, pad);
+      b = len > kW ? masked_load(p + kW, len - kW, pad) : V(pad);
+      return;
+    }
+#endif
     alignas(64) acc_t buf[kB];
     for (int64_t i = 0; i < kB; ++i) buf[i] = pad;
     for (int64_t i = 0; i < std::min(len, kB); ++i) buf[i] = load_as<val_t, acc_t>(p[i]);
@@ -107,6 +130,13 @@ struct Io {
   }
 
   C10_NOINLINE static void store_partial(mem_t* p, int64_t len, const V& a, const V& b) {
+#if defined(CPU_CAPABILITY_AVX2)
+    if constexpr (kMasked) {
+      _mm256_maskstore_ps(p, lanes_below(len), a);
+      if (len > kW) _mm256_maskstore_ps(p + kW, lanes_below(len - kW), b);
+      return;
+    }
+#endif
     alignas(64) acc_t buf[kB];
     a.store(buf);
     b.store(buf + kW);
