@@ -27,6 +27,23 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def float32_loss(logits, target, lse, total_weight, weight, ignore_index, reduction):
+    """The float32 value of a cross-entropy (label_smoothing 0) of rows of
+    16-bit `logits` from the float32 `lse` and `total_weight` that
+    _cross_entropy_forward returns: lse - the target's logit, weighted, 0 for
+    ignored rows, then reduced; an O(rows) gather, no second pass over the
+    logits. (The op itself returns the loss in the logits' dtype.)"""
+    keep = target != ignore_index
+    safe = torch.where(keep, target, torch.zeros_like(target)).long()
+    rows = lse - logits.gather(1, safe.unsqueeze(1)).squeeze(1).to(torch.float32)
+    if weight is not None:
+        rows = rows * weight.to(torch.float32)[safe]
+    rows = torch.where(keep, rows, torch.zeros_like(rows))
+    if reduction == "none":
+        return rows
+    return rows.sum() if reduction == "sum" else rows.sum() / total_weight
+
+
 def _check(logits, target, weight, reduction, label_smoothing):
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError(f"{_OP}: logits and target must be tensors")

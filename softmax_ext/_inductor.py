@@ -42,6 +42,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from . import _import_hooks
+from ._cross_entropy import float32_loss
 
 HANDOFF = os.environ.get("SOFTMAX_EXT_INDUCTOR_HANDOFF", "1") != "0"
 HANDOFF_MAX_ROW = 1024
@@ -108,6 +109,19 @@ _CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_co
 _downcasts = WeakTensorKeyDictionary()  # traced upcast -> its cast back to 16 bits
 
 
+def _view_chain(node):
+    """`node`, then each node it is a view of, nearest first."""
+    while True:
+        yield node
+        if not (node.op == "call_function" and node.target in _VIEWS and isinstance(node.args[0], torch.fx.Node)):
+            return
+        node = node.args[0]
+
+
+def _shaped_as(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return t if tuple(t.shape) == tuple(x.shape) else t.reshape(x.shape)
+
+
 def _upcast_source(x: torch.Tensor):
     """When float32 `x` is, in the graph being traced, an upcast of a 16-bit
     tensor (possibly under views, as transformers' logits.float().view(-1,
@@ -126,9 +140,7 @@ def _upcast_source(x: torch.Tensor):
         mode = get_proxy_mode()
         if mode is None:
             return None
-        node = get_proxy_slot(x, mode.tracer).proxy.node
-        while node.op == "call_function" and node.target in _VIEWS and isinstance(node.args[0], torch.fx.Node):
-            node = node.args[0]
+        *_, node = _view_chain(get_proxy_slot(x, mode.tracer).proxy.node)
         if node.op != "call_function" or node.target not in _CONVERTS or not isinstance(node.args[0], torch.fx.Node):
             return None
         val = node.args[0].meta.get("val")
@@ -138,15 +150,10 @@ def _upcast_source(x: torch.Tensor):
         held = {slot.proxy.node: t for t, slot in mode.tracer.tensor_tracker.items()}
         # the 16-bit tensor itself, or a tensor it is a view of, when the
         # tracer still holds one (a model's returned logits): used directly
-        source = node.args[0]
-        while True:
+        for source in _view_chain(node.args[0]):
             t = held.get(source)
             if t is not None and t.dtype == val.dtype and t.numel() == x.numel():
-                return t if tuple(t.shape) == tuple(x.shape) else t.reshape(x.shape)
-            if not (source.op == "call_function" and source.target in _VIEWS
-                    and isinstance(source.args[0], torch.fx.Node)):
-                break
-            source = source.args[0]
+                return _shaped_as(t, x)
         # otherwise the upcast's traced tensor (x's views keep it alive), cast back
         upcast = held.get(node)
     except Exception:  # not traced, or a torch whose tracer differs
@@ -156,7 +163,7 @@ def _upcast_source(x: torch.Tensor):
     x16 = _downcasts.get(upcast)
     if x16 is None:
         x16 = _downcasts[upcast] = upcast.to(val.dtype)
-    return x16 if tuple(x16.shape) == tuple(x.shape) else x16.reshape(x.shape)
+    return _shaped_as(x16, x)
 
 
 def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduction="mean",
@@ -166,21 +173,7 @@ def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduc
         return NotImplemented
     _, lse, total = _ops._cross_entropy_forward.default(
         x16, target, weight, ignore_index, reduction, label_smoothing, False)
-    # the float32 loss: lse - the target's logit, weighted; 0 for ignored rows
-    keep = target != ignore_index
-    safe = torch.where(keep, target, torch.zeros_like(target)).long()
-    picked = x16.gather(1, safe.unsqueeze(1)).squeeze(1).to(torch.float32)
-    rows = lse - picked
-    if weight is not None:
-        rows = rows * weight.to(torch.float32)[safe]
-    rows = torch.where(keep, rows, torch.zeros_like(rows))
-    if reduction == "none":
-        loss = rows
-    elif reduction == "sum":
-        loss = rows.sum()
-    else:
-        loss = rows.sum() / total
-    return loss, lse, total
+    return float32_loss(x16, target, lse, total, weight, ignore_index, reduction), lse, total
 
 
 def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,

@@ -29,6 +29,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import nn as sx_nn
+from .._cross_entropy import float32_loss
 from ..patching import routed
 
 # Modeling modules given the softmax_ext namespace: module -> its own names.
@@ -88,11 +89,7 @@ def _fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: 
         # from the float32 log-sum-exp and the target logits (an O(rows)
         # gather), replaces the rounded one; the gradient, computed in
         # float32 by the op's backward, is the same for both.
-        keep = target != ignore_index
-        picked = source.gather(1, torch.where(keep, target, 0).unsqueeze(1)).squeeze(1).float()
-        exact = torch.where(keep, lse - picked, 0.0).sum()
-        if reduction == "mean":
-            exact = exact / total
+        exact = float32_loss(source, target, lse, total, None, ignore_index, reduction)
         loss = loss + (exact - loss).detach()
     if reduction == "sum":
         if torch.is_tensor(num_items_in_batch):
