@@ -126,13 +126,8 @@ _TARGETS = [
 _TORCH_FUNCTIONS = {label: getattr(owner, name) for owner, name, label in _TARGETS}
 
 
-@functools.lru_cache(maxsize=None)
 def routed(label: str) -> Callable:
-    """The routed version of torch's entry point `label` (e.g. "F.softmax"),
-    one function per label for the life of the process: torch.compile guards
-    on the identity of the functions it traces, so patching again (a
-    `with softmax_ext.patch():` around every step) reuses the compiled code
-    instead of recompiling."""
+    """The routed version of torch's entry point `label` (e.g. "F.softmax")."""
     original = _TORCH_FUNCTIONS[label]
     if label == "F.cross_entropy":
         return _cross_entropy_route(original)
