@@ -210,3 +210,21 @@ def test_wrong_argument_types_raise_type_error_like_torch(name):
     with pytest.raises(TypeError):
         getattr(softmax_ext, f"{name}_backward")(x, x, 1.5)
 
+
+
+def test_repatching_does_not_recompile():
+    """patch() makes new routed functions each time; a `with
+    softmax_ext.patch():` around every compiled step still reuses the
+    compiled code."""
+    from torch._dynamo.testing import CompileCounter
+
+    import softmax_ext
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    step = torch.compile(lambda x: torch.nn.functional.softmax(x, -1) * 2, backend=counter)
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        with softmax_ext.patch():
+            torch.testing.assert_close(step(x), torch.softmax(x, -1) * 2)
+    assert counter.frame_count == 1
