@@ -67,15 +67,16 @@ def _compile_fn(x, t):
     return _compiled(x, t)
 
 
-def _with_threads(threads, fn):
-    """softmax_ext with SOFTMAX_EXT_CE_THREADS forced (read at each plan)."""
+def _with_env(name, value, fn):
+    """softmax_ext with a plan override (SOFTMAX_EXT_CE_THREADS, _UNROLL,
+    read at each plan) forced for the call."""
 
     def call(x, t):
-        os.environ["SOFTMAX_EXT_CE_THREADS"] = str(threads)
+        os.environ[name] = str(value)
         try:
             return fn(x, t)
         finally:
-            os.environ.pop("SOFTMAX_EXT_CE_THREADS", None)
+            os.environ.pop(name, None)
 
     return call
 
@@ -84,9 +85,10 @@ def impls():
     out = {
         "softmax_ext": lambda x, t: softmax_ext.cross_entropy(x, t),
         "softmax_ext.inplace": lambda x, t: softmax_ext.cross_entropy(x, t, inplace_backward=True),
-        "softmax_ext.t128": _with_threads(128, lambda x, t: softmax_ext.cross_entropy(x, t)),
-        "softmax_ext.t256": _with_threads(256, lambda x, t: softmax_ext.cross_entropy(x, t)),
-        "softmax_ext.t512": _with_threads(512, lambda x, t: softmax_ext.cross_entropy(x, t)),
+        **{f"softmax_ext.t{n}": _with_env("SOFTMAX_EXT_CE_THREADS", n, lambda x, t: softmax_ext.cross_entropy(x, t))
+           for n in (128, 256, 512)},
+        **{f"softmax_ext.u{n}": _with_env("SOFTMAX_EXT_CE_UNROLL", n, lambda x, t: softmax_ext.cross_entropy(x, t))
+           for n in (4, 8)},
         "torch": _torch,
         "torch.compile": _compile_fn,
     }
@@ -118,7 +120,7 @@ def run_case(name, fn, x, t, direction, copy, es):
         bwd = lambda x_, t_: torch.ops.softmax_ext._cross_entropy_backward(  # noqa: E731
             g, x_, t_, None, lse, total, -100, "mean", 0.0)
         if name.startswith("softmax_ext.t"):
-            bwd = _with_threads(int(name[len("softmax_ext.t"):]), bwd)
+            bwd = _with_env("SOFTMAX_EXT_CE_THREADS", int(name[len("softmax_ext.t"):]), bwd)
         call = lambda: bwd(x, t)  # noqa: E731
         nbytes = 2 * n * c * es
     else:
@@ -190,9 +192,11 @@ def main():
         kernel = softmax_ext.plan(x, kind="cross_entropy").kernel
         for impl, fn in table.items():
             for direction in ("fwd", "fwd+bwd") + (("bwd",) if impl.startswith("softmax_ext") else ()):
+                if impl.startswith("softmax_ext.u") and direction == "bwd":  # (a forward setting)
+                    continue
                 if impl == "softmax_ext.inplace" and direction != "fwd+bwd":
                     continue
-                if impl.startswith("softmax_ext.t") and direction == "fwd+bwd":
+                if impl[len("softmax_ext."):][:1] in ("t", "u") and direction == "fwd+bwd":
                     continue
                 r = run_case(impl, fn, x, t, direction, copy, es)
                 r.update(device=name, dtype=dname, tokens=n, vocab=c, kernel=kernel if "softmax_ext" in impl else "")

@@ -21,8 +21,9 @@ time included. Reported: the median step time, the first and last loss, the
 largest loss difference from the torch variant, and the memory a step
 allocates beyond the resident weights and optimiser state (median). For the
 Llama model (vocabulary 128256), --loss-profile adds the GPU time of the
-loss's own kernels (cross-entropy / log_softmax / nll forward and backward)
-from a profile of a few steps.
+loss's own kernels (cross-entropy / log_softmax / nll forward and backward).
+Every row also gives the GPU time of all of a step's kernels (from a profile
+of a few steps): a step whose wall time is well above it is host-bound.
 """
 
 import argparse
@@ -138,6 +139,7 @@ class Case:
         self.fwd = torch.compile(self.model) if mode == "compiled" else self.model
         self.i = 0
         self.losses, self.times, self.peaks = [], [], []
+        self.error = None  # what a timed step raised
 
     def step(self):
         self.opt.zero_grad(set_to_none=True)
@@ -179,7 +181,14 @@ def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_p
     live = [c for c in cases if isinstance(c, Case)]
     for r in range(rounds):
         for k in range(len(live)):
-            live[(r + k) % len(live)].run(steps, timed=True)
+            case = live[(r + k) % len(live)]
+            if case.error is None:
+                try:
+                    case.run(steps, timed=True)
+                except Exception as e:  # noqa: BLE001  (recorded; the other variants go on)
+                    case.error = f"{type(e).__name__}: {str(e)[:200]}"
+                    print(f"  {name} {dtype} {mode} {case.variant}: {case.error}", flush=True)
+    cases = [c.error if isinstance(c, Case) and c.error is not None else c for c in cases]
     rows = []
     for variant, case in zip(variants, cases):
         row = dict(model=name, dtype=str(dtype).replace("torch.", ""), mode=mode, variant=variant)
@@ -189,9 +198,11 @@ def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_p
             row.update(step_ms=statistics.median(case.times), step_ms_min=min(case.times),
                        loss_first=case.losses[0], loss_last=case.losses[-1],
                        peak_mib=statistics.median(case.peaks), losses=case.losses)
+            with variant_context(variant, case.model):
+                profile = _profile_step(case.step)
+            row["gpu_ms"] = profile.step_ms
             if loss_profile:
-                with variant_context(variant, case.model):
-                    row["loss_gpu_ms"], row["loss_kernels"] = _loss_gpu_ms(case.step)
+                row["loss_gpu_ms"], row["loss_kernels"] = profile.loss_ms, profile.loss_kernels
         rows.append(row)
     return rows
 
@@ -205,21 +216,32 @@ _LOSS_KERNEL_MARKS = ("cross_entropy", "nll", "log_softmax", "logsoftmax", "logs
                       "ce_backward")
 
 
-def _loss_gpu_ms(step, reps=3):
-    """GPU time per step of the kernels that compute the loss (forward and
-    backward), from a profile of `reps` steps."""
+class _StepProfile:
+    """GPU time per step (ms) of every kernel, and of the loss's kernels."""
+
+    def __init__(self, step_ms, loss_ms, loss_kernels):
+        self.step_ms, self.loss_ms, self.loss_kernels = step_ms, loss_ms, loss_kernels
+
+
+def _profile_step(step, reps=3):
+    """The GPU time of a step's kernels, all of them and those that compute
+    the loss (forward and backward), from a profile of `reps` steps. Beside
+    the step's wall time it tells host-bound steps from GPU-bound ones."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             step()
         torch.cuda.synchronize()
-    total, names = 0.0, set()
+    every, loss, names = 0.0, 0.0, set()
     for e in prof.key_averages():
-        if e.device_type.name == "CUDA" and any(m in e.key.lower() for m in _LOSS_KERNEL_MARKS):
-            total += e.device_time_total
+        if e.device_type.name != "CUDA":
+            continue
+        every += e.device_time_total
+        if any(m in e.key.lower() for m in _LOSS_KERNEL_MARKS):
+            loss += e.device_time_total
             names.add(e.key[:60])
-    return total / reps / 1e3, ";".join(sorted(names))
+    return _StepProfile(every / reps / 1e3, loss / reps / 1e3, ";".join(sorted(names)))
 
 
 def main(argv=None) -> int:
@@ -242,7 +264,7 @@ def main(argv=None) -> int:
     device = "cuda"
     rows = []
     fields = ["model", "dtype", "mode", "variant", "step_ms", "step_ms_min", "ratio_vs_torch", "loss_first",
-              "loss_last", "max_loss_diff", "peak_mib", "loss_gpu_ms", "loss_kernels", "error"]
+              "loss_last", "max_loss_diff", "peak_mib", "gpu_ms", "loss_gpu_ms", "loss_kernels", "error"]
     writer = None
     if args.csv:
         f = open(args.csv, "w", newline="")
@@ -272,14 +294,14 @@ def main(argv=None) -> int:
                               f"step peak {row['peak_mib']:.0f} MiB", flush=True)
     print()
     print(f"{'model':6s} {'dtype':8s} {'mode':8s} {'variant':11s} {'step ms':>8s} {'x torch':>7s} "
-          f"{'max dloss':>9s} {'peak MiB':>8s} {'loss GPU ms':>11s}")
+          f"{'max dloss':>9s} {'peak MiB':>8s} {'GPU ms':>7s} {'loss GPU ms':>11s}")
     for r in rows:
         if "step_ms" not in r:
             print(f"{r['model']:6s} {r['dtype']:8s} {r['mode']:8s} {r['variant']:11s} ERROR {r['error'][:60]}")
             continue
         print(f"{r['model']:6s} {r['dtype']:8s} {r['mode']:8s} {r['variant']:11s} {r['step_ms']:8.2f} "
               f"{r.get('ratio_vs_torch', float('nan')):7.3f} {r.get('max_loss_diff', float('nan')):9.2e} "
-              f"{r['peak_mib']:8.0f} {r.get('loss_gpu_ms', float('nan')):11.3f}")
+              f"{r['peak_mib']:8.0f} {r['gpu_ms']:7.2f} {r.get('loss_gpu_ms', float('nan')):11.3f}")
     return 0
 
 

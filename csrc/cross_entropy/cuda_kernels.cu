@@ -38,7 +38,7 @@ using cuda::kPack;
 using cuda::NanMax;
 using cuda::Pack;
 
-constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+constexpr int kBackwardUnroll = 4;  // 16-byte loads in flight per thread, backward
 
 template <typename T>
 struct Row {
@@ -77,31 +77,41 @@ struct ForwardArgs {
   acc_t eps, eps_c;
 };
 
-// The online (max, sum) of one thread, one value or one pack at a time.
+// The online (max, sum) of one thread: a chunk of values at a time, so the
+// running sum is rescaled at most once a chunk. The chunk's values are read
+// twice (max, then exp) and converted each time, which costs less than
+// holding them all in float32 registers.
 template <typename T>
 struct Online {
   using acc_t = acc_type<T>;
   using Exp = cuda::exp_policy_t<T>;
   acc_t m = cuda::neg_infinity<acc_t>();
   acc_t s = 0;
-  template <int P>
-  __device__ __forceinline__ void add(const acc_t (&v)[P]) {
-    acc_t pm = v[0];
+  // The first `live` of the U packs pk (live = U for every full chunk).
+  template <int U, int P>
+  __device__ __forceinline__ void add(const Pack<T, P> (&pk)[U], int live = U) {
+    acc_t cm = m;
 #pragma unroll
-    for (int e = 1; e < P; ++e) pm = NanMax{}(pm, v[e]);
-    const acc_t nm = NanMax{}(m, pm);
-    if (nm != m) {  // a larger max (or NaN): rescale what is summed so far
-      s = s * Exp::exp(m - nm);
-      m = nm;
-    }
-    if (m != cuda::neg_infinity<acc_t>()) {
+    for (int u = 0; u < U; ++u)
+      if (u < live) {
 #pragma unroll
-      for (int e = 0; e < P; ++e) s += Exp::exp(v[e] - m);
+        for (int e = 0; e < P; ++e) cm = NanMax{}(cm, cuda::convert<acc_t>(pk[u].v[e]));
+      }
+    if (cm != m) {  // a larger max (or NaN): rescale what is summed so far
+      s = s * Exp::exp(m - cm);
+      m = cm;
     }
+    if (m == cuda::neg_infinity<acc_t>()) return;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < live) {
+#pragma unroll
+        for (int e = 0; e < P; ++e) s += Exp::exp(cuda::convert<acc_t>(pk[u].v[e]) - m);
+      }
   }
 };
 
-template <typename T, int kThreads, bool kSmooth>
+template <typename T, int kThreads, int kUnroll, bool kSmooth>
 __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
@@ -134,32 +144,30 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
       if (threadIdx.x < r.head) j = threadIdx.x;
       else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
       if (j >= 0) {
-        const acc_t v[1] = {cuda::convert<acc_t>(x[j])};
-        on.add(v);
-        smooth_term(v[0], j);
+        Pack<T, 1> one[1];
+        one[0].v[0] = x[j];
+        on.add(one);
+        smooth_term(cuda::convert<acc_t>(x[j]), j);
       }
     }
+    // The body: kUnroll packs in flight per thread, folded in as one chunk.
     const T* body = x + r.head;
     for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+      // packs of this chunk in range (every one but in the row's last chunk)
+      const int live = static_cast<int>(min(int64_t{kUnroll}, (r.packs - k0 + kThreads - 1) / kThreads));
       Pack<T, P> pk[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + int64_t{u} * kThreads;
-        if (k < r.packs) pk[u].load(body + k * P);
-      }
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
+      on.add(pk, live);
+      if constexpr (kSmooth) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + int64_t{u} * kThreads;
-        if (k < r.packs) {
-          acc_t v[P];
+        for (int u = 0; u < kUnroll; ++u)
+          if (u < live) {
 #pragma unroll
-          for (int e = 0; e < P; ++e) v[e] = cuda::convert<acc_t>(pk[u].v[e]);
-          on.add(v);
-          if constexpr (kSmooth) {
-#pragma unroll
-            for (int e = 0; e < P; ++e) smooth_term(v[e], r.head + k * P + e);
+            for (int e = 0; e < P; ++e)
+              smooth_term(cuda::convert<acc_t>(pk[u].v[e]), r.head + (k0 + int64_t{u} * kThreads) * P + e);
           }
-        }
       }
     }
     const cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
@@ -273,15 +281,15 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
     }
     const T* xb = x + r.head;
     T* gb = g + r.head;
-    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
-      Pack<T, P> pk[kUnroll];
+    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kBackwardUnroll) {
+      Pack<T, P> pk[kBackwardUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kBackwardUnroll; ++u) {
         const int64_t k = k0 + int64_t{u} * kThreads;
         if (k < r.packs) pk[u].load(xb + k * P);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kBackwardUnroll; ++u) {
         const int64_t k = k0 + int64_t{u} * kThreads;
         if (k < r.packs) {
           Pack<T, P> out;
@@ -305,6 +313,12 @@ void dispatch_threads(int threads, F&& f) {
   if (threads == 512) f(std::integral_constant<int, 512>{});
   else if (threads == 256) f(std::integral_constant<int, 256>{});
   else f(std::integral_constant<int, 128>{});
+}
+
+template <typename F>
+void dispatch_unroll(int unroll, F&& f) {
+  if (unroll == 8) f(std::integral_constant<int, 8>{});
+  else f(std::integral_constant<int, 4>{});
 }
 
 }  // namespace
@@ -332,10 +346,12 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.eps = static_cast<acc_t>(p.smoothing);
     a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
     dispatch_threads(plan.threads, [&](auto threads) {
-      cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
-        ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value>
-            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      dispatch_unroll(plan.unroll, [&](auto unroll) {
+        cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
+          ce_forward_kernel<T, decltype(threads)::value, decltype(unroll)::value, decltype(smooth)::value>
+              <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
       });
     });
     ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, static_cast<T*>(b.loss), static_cast<acc_t*>(b.total_weight),

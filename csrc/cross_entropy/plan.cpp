@@ -53,6 +53,17 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   return half && packs <= 8192 ? 256 : 512;
 }
 
+// CUDA forward: the packs each thread loads before it folds them into its
+// running (max, sum) as one chunk. SOFTMAX_EXT_CE_UNROLL=4|8 overrides it
+// (A/B runs).
+static int cuda_unroll(const CeProblem& p) {
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_UNROLL")) {
+    const int v = std::atoi(env);
+    if (v == 4 || v == 8) return v;
+  }
+  return c10::elementSize(p.dtype) == 2 ? 8 : 4;
+}
+
 CePlan select_ce(const CeProblem& problem, bool backward) {
   CePlan plan;
   plan.problem = problem;
@@ -60,6 +71,7 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
   if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
     plan.threads = cuda_threads(problem, backward);
+    plan.unroll = backward ? 0 : cuda_unroll(problem);
     plan.kernel = std::string(backward ? "cuda.ce_block_per_row_backward." : "cuda.ce_block_per_row.") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;

@@ -59,6 +59,11 @@ def _swap_module_names(module: types.ModuleType, functional, nn) -> None:
     torch.nn.CrossEntropyLoss at softmax_ext's namespaces."""
     replacements = {}
     for name, value in vars(module).items():
+        if name.startswith("__"):
+            # (torch.compile keeps its own aliases of imported modules in the
+            # globals, e.g. __import_torch_dot_nn_dot_functional, and asserts
+            # they still hold the module)
+            continue
         if value is torch.nn:
             replacements[name] = nn
         elif value is torch.nn.functional:
