@@ -3,7 +3,7 @@ eager and torch.compile, in one process.
 
     python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
         [--dtypes bfloat16,float32] [--modes eager,compiled]
-        [--variants torch,patch,integration] [--rounds 4] [--steps 3] [--csv PATH]
+        [--variants torch,patch,integration] [--rounds 8] [--steps 3] [--csv PATH]
 
 Each model is a small random-init Hugging Face config (eager attention, no
 dropout) trained with AdamW on fixed random data: 4 sequences of 512 tokens
@@ -29,6 +29,7 @@ of a few steps): a step whose wall time is well above it is host-bound.
 import argparse
 import contextlib
 import csv
+import gc
 import statistics
 import sys
 import time
@@ -150,7 +151,18 @@ class Case:
         return loss.detach()
 
     def run(self, steps: int, timed: bool) -> None:
-        """`steps` steps in this variant's state, each synchronised."""
+        """`steps` steps in this variant's state, each synchronised. Python's
+        garbage collector runs before the steps and not during them (as
+        timeit does): these small models' steps are host-bound, and a
+        collection's pause would land on whichever variant happens to run."""
+        gc.collect()
+        gc.disable()
+        try:
+            self._run(steps, timed)
+        finally:
+            gc.enable()
+
+    def _run(self, steps: int, timed: bool) -> None:
         with variant_context(self.variant, self.model):
             for _ in range(steps):
                 torch.cuda.synchronize()
@@ -251,7 +263,7 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--variants", default="torch,patch,integration")
     parser.add_argument("--steps", type=int, default=3, help="timed steps of a variant in each round")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--loss-profile", action="store_true", help="profile the loss kernels of the llama model")
     parser.add_argument("--csv", default=None)

@@ -1,8 +1,8 @@
-"""Runs one forward softmax case twice (a warm-up, then the call to profile)
-for Nsight Compute:
+"""Runs one forward softmax (or cross-entropy) case twice (a warm-up, then
+the call to profile) for Nsight Compute:
 
     ncu --launch-skip 1 --launch-count 1 -k regex:oftmax --section SpeedOfLight \
-        python3 scripts/ncu_case.py ext|torch f32|bf16|f16 ROWSxN [softmax|log_softmax]
+        python3 scripts/ncu_case.py ext|torch f32|bf16|f16 ROWSxN [softmax|log_softmax|cross_entropy]
 """
 import sys
 
@@ -16,7 +16,14 @@ dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[dty
 rows, n = (int(v) for v in shape.split("x"))
 x = torch.randn(rows, n, device="cuda", dtype=dtype)
 lib = softmax_ext if impl == "ext" else torch
-fn = getattr(lib, op)
+if op == "cross_entropy":
+    t = torch.randint(0, n, (rows,), device="cuda")
+    ce = softmax_ext.cross_entropy if impl == "ext" else torch.nn.functional.cross_entropy
+
+    def fn(x, dim):
+        return ce(x, t)
+else:
+    fn = getattr(lib, op)
 for _ in range(2):
     fn(x, -1)
 torch.cuda.synchronize()
