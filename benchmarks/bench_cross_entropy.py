@@ -68,8 +68,8 @@ def _compile_fn(x, t):
 
 
 def _with_env(name, value, fn):
-    """softmax_ext with a plan override (SOFTMAX_EXT_CE_THREADS, _UNROLL,
-    read at each plan) forced for the call."""
+    """softmax_ext with a plan override (SOFTMAX_EXT_CE_THREADS, read at
+    each plan) forced for the call."""
 
     def call(x, t):
         os.environ[name] = str(value)
@@ -87,8 +87,6 @@ def impls():
         "softmax_ext.inplace": lambda x, t: softmax_ext.cross_entropy(x, t, inplace_backward=True),
         **{f"softmax_ext.t{n}": _with_env("SOFTMAX_EXT_CE_THREADS", n, lambda x, t: softmax_ext.cross_entropy(x, t))
            for n in (128, 256, 512)},
-        **{f"softmax_ext.u{n}": _with_env("SOFTMAX_EXT_CE_UNROLL", n, lambda x, t: softmax_ext.cross_entropy(x, t))
-           for n in (4, 8)},
         "torch": _torch,
         "torch.compile": _compile_fn,
     }
@@ -192,11 +190,9 @@ def main():
         kernel = softmax_ext.plan(x, kind="cross_entropy").kernel
         for impl, fn in table.items():
             for direction in ("fwd", "fwd+bwd") + (("bwd",) if impl.startswith("softmax_ext") else ()):
-                if impl.startswith("softmax_ext.u") and direction == "bwd":  # (a forward setting)
-                    continue
                 if impl == "softmax_ext.inplace" and direction != "fwd+bwd":
                     continue
-                if impl[len("softmax_ext."):][:1] in ("t", "u") and direction == "fwd+bwd":
+                if impl.startswith("softmax_ext.t") and direction == "fwd+bwd":
                     continue
                 r = run_case(impl, fn, x, t, direction, copy, es)
                 r.update(device=name, dtype=dname, tokens=n, vocab=c, kernel=kernel if "softmax_ext" in impl else "")

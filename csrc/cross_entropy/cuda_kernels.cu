@@ -38,7 +38,7 @@ using cuda::kPack;
 using cuda::NanMax;
 using cuda::Pack;
 
-constexpr int kBackwardUnroll = 4;  // 16-byte loads in flight per thread, backward
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
 template <typename T>
 struct Row {
@@ -111,7 +111,7 @@ struct Online {
   }
 };
 
-template <typename T, int kThreads, int kUnroll, bool kSmooth>
+template <typename T, int kThreads, bool kSmooth>
 __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
@@ -281,15 +281,15 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
     }
     const T* xb = x + r.head;
     T* gb = g + r.head;
-    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kBackwardUnroll) {
-      Pack<T, P> pk[kBackwardUnroll];
+    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+      Pack<T, P> pk[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + int64_t{u} * kThreads;
         if (k < r.packs) pk[u].load(xb + k * P);
       }
 #pragma unroll
-      for (int u = 0; u < kBackwardUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int64_t k = k0 + int64_t{u} * kThreads;
         if (k < r.packs) {
           Pack<T, P> out;
@@ -313,12 +313,6 @@ void dispatch_threads(int threads, F&& f) {
   if (threads == 512) f(std::integral_constant<int, 512>{});
   else if (threads == 256) f(std::integral_constant<int, 256>{});
   else f(std::integral_constant<int, 128>{});
-}
-
-template <typename F>
-void dispatch_unroll(int unroll, F&& f) {
-  if (unroll == 8) f(std::integral_constant<int, 8>{});
-  else f(std::integral_constant<int, 4>{});
 }
 
 }  // namespace
@@ -346,12 +340,10 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.eps = static_cast<acc_t>(p.smoothing);
     a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
     dispatch_threads(plan.threads, [&](auto threads) {
-      dispatch_unroll(plan.unroll, [&](auto unroll) {
-        cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
-          ce_forward_kernel<T, decltype(threads)::value, decltype(unroll)::value, decltype(smooth)::value>
-              <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
-        });
+      cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
+        ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value>
+            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });
     ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, static_cast<T*>(b.loss), static_cast<acc_t*>(b.total_weight),

@@ -29,17 +29,13 @@ std::string CeProblem::to_string() const {
 }
 
 // CUDA: a block per row; each thread keeps four 16-byte loads in flight
-// (cuda_kernels.cu). The forward block ends every row with a block reduction,
-// during which it has no loads in flight; 16-bit rows of up to 8192 packs
-// (up to 65536 classes) take 256 threads, so each thread streams more packs
-// per reduction and five blocks share an SM. Everything else takes 512: f32
-// rows and longer 16-bit rows, and the backward (no reduction). Rows under
-// 4096 classes take 128 threads so a block is not mostly idle.
-// Measured on H100 (benchmarks/bench_cross_entropy.py, % of the copy
-// bandwidth, forward, 256 / 512 threads): bf16 4096 x 32000 81 / 74,
-// 8192 x 32000 90 / 82, 8192 x 50257 92 / 87, 2048 x 128256 85 / 89;
-// f32 4096 x 32000 89 / 92, 8192 x 32000 97 / 98; backward 512 threads
-// ahead of 256 on every shape (bf16 4096 x 50257 93 / 90).
+// (cuda_kernels.cu). The forward block ends every row with a block
+// reduction, during which it has no loads in flight: 16-bit forward rows
+// take 128 threads, so more rows (blocks) share an SM and cover each
+// other's reductions; f32 and f64 rows, twice the bytes a row, take 512.
+// The backward has no reduction and takes 512. Rows under 4096 classes take
+// 128 threads so a block is not mostly idle. (The measurements behind the
+// choice: docs/cross_entropy.md.)
 // SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (A/B runs).
 static int cuda_threads(const CeProblem& p, bool backward) {
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
@@ -48,20 +44,7 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   }
   if (p.classes < 4096) return 128;
   if (backward) return 512;
-  const bool half = p.dtype == c10::ScalarType::BFloat16 || p.dtype == c10::ScalarType::Half;
-  const int64_t packs = p.classes * static_cast<int64_t>(c10::elementSize(p.dtype)) / 16;
-  return half && packs <= 8192 ? 256 : 512;
-}
-
-// CUDA forward: the packs each thread loads before it folds them into its
-// running (max, sum) as one chunk. SOFTMAX_EXT_CE_UNROLL=4|8 overrides it
-// (A/B runs).
-static int cuda_unroll(const CeProblem& p) {
-  if (const char* env = std::getenv("SOFTMAX_EXT_CE_UNROLL")) {
-    const int v = std::atoi(env);
-    if (v == 4 || v == 8) return v;
-  }
-  return c10::elementSize(p.dtype) == 2 ? 8 : 4;
+  return c10::elementSize(p.dtype) == 2 ? 128 : 512;
 }
 
 CePlan select_ce(const CeProblem& problem, bool backward) {
@@ -71,7 +54,6 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
   if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
     plan.threads = cuda_threads(problem, backward);
-    plan.unroll = backward ? 0 : cuda_unroll(problem);
     plan.kernel = std::string(backward ? "cuda.ce_block_per_row_backward." : "cuda.ce_block_per_row.") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;

@@ -58,7 +58,6 @@ struct CePlan {
   CeFamily family = CeFamily::kCpuRows;
   std::string kernel;      // stable name, e.g. "cuda.ce_block_per_row.bf16"
   int threads = 0;         // CUDA: threads per block
-  int unroll = 0;          // CUDA forward: 16-byte loads in flight per thread
   int64_t workspace_bytes = 0;
 };
 
