@@ -20,12 +20,13 @@ Inductor write the float32 copy, and its float32 gradient be cast back to
 16 bits in another pass. Where the logits of _cross_entropy_forward /
 _cross_entropy_backward are an exact upcast of 16-bit logits in the traced
 graph (a convert_element_type node, possibly under views; label_smoothing
-0), the decomposition calls the op on the upcast cast back to 16 bits:
-Inductor folds the pair of casts away, so the kernel reads the 16-bit
-logits and writes a 16-bit gradient (the float32 gradient's cast back to
-16 bits, which Inductor folds too, rounds it the same way). The
-float32 loss is recomputed from the float32 log-sum-exp the op returns and
-the target logits (an O(N) gather), so it equals the float32 call's.
+0), the forward calls the op on the upcast cast back to 16 bits: Inductor folds
+the pair of casts away, so the kernel reads the 16-bit logits. The float32
+loss is recomputed from the float32 log-sum-exp the op returns and the
+target logits (an O(N) gather), so it equals the float32 call's. The
+backward, pointwise once the log-sum-exp is known, becomes aten ops on the
+16-bit logits that Inductor fuses with the gradient's cast back to 16 bits
+(and with whatever else AOTAutograd adds to it) into one pass.
 
 SOFTMAX_EXT_INDUCTOR_HANDOFF=0 in the environment keeps every call on
 softmax_ext's kernels as traced. The numerics are those of the ops:
@@ -178,12 +179,28 @@ def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduc
 
 def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
                             label_smoothing):
+    """Given the row log-sum-exp, the gradient is pointwise: s_i * w[t_i] *
+    (exp(x_ic - lse_i) - [c = t_i]), zero rows for ignored targets. Written
+    in aten ops on the 16-bit logits, it becomes one Inductor kernel with
+    its neighbours (the cast of the gradient back to 16 bits, and the
+    tangent of a model output that returns the logits, which AOTAutograd
+    adds to it): one read of the logits and one write of the gradient, where
+    an opaque kernel would leave those to a second pass. float32 math, the
+    true class's p - 1 included."""
     x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
     if x16 is None:
         return NotImplemented
-    grad = _ops._cross_entropy_backward.default(grad_loss, x16, target, weight, lse, total_weight, ignore_index,
-                                                reduction, label_smoothing)
-    return grad.to(torch.float32)
+    keep = target != ignore_index
+    safe = torch.where(keep, target, torch.zeros_like(target)).long()
+    s = grad_loss.to(torch.float32)
+    if reduction == "mean":
+        s = s / total_weight
+    if weight is not None:
+        s = s * weight.to(torch.float32)[safe]
+    s = torch.where(keep, s, torch.zeros_like(lse))
+    p = torch.exp(x16.to(torch.float32) - lse.unsqueeze(1))
+    true_class = torch.arange(x16.shape[1], device=x16.device).unsqueeze(0) == safe.unsqueeze(1)
+    return (p - true_class.to(torch.float32)) * s.unsqueeze(1)
 
 
 def table():

@@ -197,3 +197,6 @@ def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
     # keeps the float32 call
     assert _float32_buffers(code, n * c) == ("label_smoothing" in kwargs), code
     assert "softmax_ext._cross_entropy_forward" in code
+    # the backward, pointwise given the log-sum-exp, is generated code fused
+    # with the gradient's cast (label smoothing keeps the op)
+    assert ("softmax_ext._cross_entropy_backward" in code) == ("label_smoothing" in kwargs), code
