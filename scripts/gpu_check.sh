@@ -10,6 +10,7 @@
 #   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
 #   TESTS="tests/test_x.py" ...          which tests (default: all of tests/)
 #   DIST=1 scripts/gpu_check.sh          + benchmarks/bench_distributed.py over every GPU (NCCL)
+#   KERNELS=1 scripts/gpu_check.sh       + the plan's kernel for every benchmark case ($OUT/kernels.txt)
 #   MAIN=0 ...                           skip python -m softmax_ext
 # Logs go to $OUT (default /tmp/softmax_ext_out).
 set -uo pipefail
@@ -45,6 +46,11 @@ fi
 if [ "${MAIN:-1}" = 1 ]; then
   python3 -m softmax_ext 2>&1 | tee "$OUT/main.log"
   summary+=("python -m softmax_ext: exit ${PIPESTATUS[0]}, $(tail -1 "$OUT/main.log")")
+fi
+
+if [ "${KERNELS:-0}" = 1 ]; then
+  python3 scripts/kernel_names.py > "$OUT/kernels.txt" 2>&1
+  summary+=("kernel names: exit $?, $(wc -l < "$OUT/kernels.txt") cases ($OUT/kernels.txt)")
 fi
 
 # (tests/conftest.py shares the CPUs among the eight workers)
