@@ -1,31 +1,30 @@
-// Strided family, backward: instantiation (kernels in strided_kernels.cuh,
-// geometry in softmax_strided.cu).
+// Strided family, backward: the launch of the plan's geometry (kernels.cuh).
 
-#include "cuda/block_kernels.cuh"
-#include "cuda/launch.h"
-#include "cuda/strided_kernels.cuh"
+#include "cuda/core/dispatch.cuh"
+#include "cuda/core/launch.cuh"
+#include "cuda/families/strided/geometry.h"
+#include "cuda/families/strided/kernels.cuh"
 
 namespace softmax_ext::cuda {
 
-void strided_backward(const Problem& p, const Buffers& b, int max_cluster) {
+void strided_backward(const Plan& plan, const Buffers& b, void*) {
+  const Problem& p = plan.problem;
+  const StridedGeometry& g = plan.geometry_as<StridedGeometry>();
   const auto layout = make_strided_layout<3>(p, {kIn0, kIn1, kOut});
-  dispatch_floating_type(p.out_dtype, "softmax_ext cuda.strided_backward", [&](auto tag) {
+  dispatch_types<true>(p, "softmax_ext cuda.strided_backward", [&](auto tag, auto, auto epilogues) {
     using scalar_t = typename decltype(tag)::type;
-    constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<scalar_t>, true);
+    using E = decltype(epilogues);
     using Packing = StridedPacking<scalar_t>;
-    const StridedShape shape = strided_launch_shape<scalar_t>(p, b, kPerThread, max_cluster);
-    dispatch_kind(p.kind, [&](auto epilogues) {
-      using E = decltype(epilogues);
-      dispatch_strided_pack<scalar_t>(shape.pack, [&](auto pack) {
-        constexpr int P = decltype(pack)::value;
-        constexpr int kAxis = Packing::elements(kPerThread, P) / P;
-        const auto tiled = with_tile_geometry(layout, shape.columns, P, shape.threads);
-        launch_row_blocks(softmax_strided_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t,
-                                                          P, kAxis, Packing::packed(P)>,
-                          tiled.tiles, shape.launch(sizeof(scalar_t), sizeof(acc_type<scalar_t>)),
-                          static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
-                          static_cast<scalar_t*>(b.out), tiled, shape.columns, shape.cluster_size);
-      });
+    constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<scalar_t>, true);
+    dispatch_int<1, Packing::kVector>(g.shape.pack, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      constexpr int kAxis = Packing::elements(kPerThread, P) / P;
+      const auto tiled = with_tile_geometry(layout, g.shape.columns, P, g.shape.threads);
+      launch_row_blocks(softmax_strided_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t, P,
+                                                        kAxis, Packing::packed(P)>,
+                        tiled.tiles, g.launch, static_cast<const scalar_t*>(b.in0),
+                        static_cast<const scalar_t*>(b.in1), static_cast<scalar_t*>(b.out), tiled, g.shape.columns,
+                        g.shape.cluster_size);
     });
   });
 }

@@ -1,8 +1,7 @@
-// Strided split family (KernelFamily::kCudaStridedSplit): a strided axis
-// with a contiguous inner run, longer than a cluster's tile holds
-// (strided_reach, config.h). The columns are cut into the strided family's tiles
-// (128 bytes wide, threads coalesced along the inner run) and the axis into
-// chunks of kStridedSplitChunk positions (config.h). Three kernels, no
+// Strided split family kernels (policy.h). The columns are cut into the
+// strided family's tiles (core/columns.cuh: 128 bytes wide, threads
+// coalesced along the inner run) and the axis into chunks of
+// kStridedSplitChunk positions. Three kernels, no
 // atomics, as the split family of contiguous rows:
 //   stats    one block per (chunk, tile): each column's partial of the
 //            chunk, streamed through registers, into the workspace
@@ -14,20 +13,11 @@
 // Inputs are read twice: about 2/3 of the copy bandwidth at best forward.
 #pragma once
 
-#include "cuda/strided_kernels.cuh"
+#include "cuda/core/columns.cuh"
+#include "cuda/core/epilogues.cuh"
+#include "cuda/families/strided_split/policy.h"
 
 namespace softmax_ext::cuda {
-
-constexpr int kStridedSplitCombineThreads = 256;
-
-// How the axis is cut: `chunks` chunks of `chunk` positions; `items` blocks'
-// worth of (chunk, tile) pairs, tiles fastest, so that blocks running
-// together read neighbouring columns of the same positions.
-struct StridedSplitShape {
-  int64_t chunk;
-  int64_t chunks;
-  int64_t items;
-};
 
 // Item `item`: its chunk and tile, and this thread's positions in the chunk,
 // first + k * rows_step for k < count, kGroup at a time.
@@ -262,17 +252,6 @@ __global__ void __launch_bounds__(kStridedSplitThreads)
                                      [&](int p) { return epilogue[p](v[0][e][p], v[1][e][p]); });
     }
   });
-}
-
-// Host: the threads across a tile of `pack`-element vectors (1 or 16
-// bytes): the strided family's widest tile.
-inline int strided_split_columns(const Problem& p, int pack) {
-  return static_cast<int>(strided_widest_tile(p, pack) / pack);
-}
-
-inline StridedSplitShape strided_split_shape(const Problem& p, int64_t tiles) {
-  const int64_t chunks = strided_split_chunks(p);
-  return {kStridedSplitChunk, chunks, chunks * tiles};
 }
 
 }  // namespace softmax_ext::cuda

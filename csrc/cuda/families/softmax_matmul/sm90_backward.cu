@@ -18,8 +18,8 @@
 // Both kernels: 2 warpgroups, cp.async pipelines with zero fill at the tails,
 // wgmma (sm90_common.cuh). The plan takes them for 16-byte aligned rows with
 // d2 and d3 multiples of 8 (plan.cpp).
-#include "softmax_matmul/cuda_launch.h"
-#include "softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>

@@ -11,7 +11,7 @@
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SMM_SM90A_DEVICE 1
-#include "softmax_matmul/wgmma_ops.cuh"
+#include "cuda/families/softmax_matmul/wgmma_ops.cuh"
 #endif
 
 namespace softmax_ext::smm::cuda::sm90 {

@@ -1,7 +1,7 @@
 // softmax_matmul forward, float32 (kernel.cuh): TF32 mma.sync m16n8k8 when
 // TF32 is allowed, else the 3xTF32 split (float32-accurate), plus the
 // device-arch query the plan uses.
-#include "softmax_matmul/kernel.cuh"
+#include "cuda/families/softmax_matmul/kernel.cuh"
 
 #include <cuda_runtime.h>
 

@@ -28,11 +28,11 @@
 // d3 are zero-filled by cp.async; columns of x past d2 are set to -inf in
 // registers. The plan takes this kernel only for 16-byte aligned rows
 // (strides multiple of 8 elements, aligned base pointers).
-#include "softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/cuda_launch.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
-#include "softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -20,8 +20,8 @@
 // into a zeroed accumulator and added to the running one with f32 adds, so
 // the tensor cores' own accumulation covers one tile only). Online softmax
 // with the lazy rescale of sm90.cu (3xTF32: expf instead of ex2.approx).
-#include "softmax_matmul/cuda_launch.h"
-#include "softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>

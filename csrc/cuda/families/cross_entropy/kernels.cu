@@ -1,10 +1,10 @@
 // CUDA kernels of the fused cross-entropy: a block per row of vocabulary
-// size, streaming the row once with 16-byte vector loads (Pack, fragment.cuh)
+// size, streaming the row once with 16-byte vector loads (Pack, core/vector_io.cuh)
 // and four loads in flight per thread.
 //
 // Forward: an online max / exp-sum per thread (the sum rescaled only when a
 // pack raises the thread's max), then one block reduction of the (max, sum)
-// pairs (reduce.cuh: fixed order, no atomics). Thread 0 reads x[target] (an
+// pairs (core/reduce.cuh: fixed order, no atomics). Thread 0 reads x[target] (an
 // L2 hit: the row was just read) and writes the row's lse (f32; f64 for f64)
 // and loss. mean / sum: the per-row losses go to a workspace and one block
 // of 1024 threads sums them, and the non-ignored targets' weights, in a fixed
@@ -22,9 +22,12 @@
 
 #include "cross_entropy/plan.h"
 
-#include "cuda/common.cuh"
-#include "cuda/fragment.cuh"
-#include "cuda/reduce.cuh"
+#include "cuda/core/dispatch.cuh"
+#include "cuda/core/epilogues.cuh"
+#include "cuda/core/grid.h"
+#include "cuda/core/numerics.cuh"
+#include "cuda/core/reduce.cuh"
+#include "cuda/core/vector_io.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -194,8 +197,9 @@ __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* lo
     tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
     if (a.row_loss != nullptr) sum += a.row_loss[row];
   }
-  tw = cuda::block_all_reduce<1024>(tw, cuda::Sum{});
-  sum = cuda::block_all_reduce<1024>(sum, cuda::Sum{});
+  __shared__ acc_t scratch[cuda::kWarpSize];
+  tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
+  sum = cuda::block_all_reduce(sum, cuda::Sum{}, acc_t(0), scratch);
   if (threadIdx.x == 0) {
     *total_weight = tw;
     if (a.row_loss != nullptr) *loss = cuda::convert<T>(mean ? sum / tw : sum);

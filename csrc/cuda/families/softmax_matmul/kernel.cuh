@@ -26,7 +26,7 @@
 // element loads instead of vector ones.
 #pragma once
 
-#include "softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/cuda_launch.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
