@@ -25,7 +25,7 @@ inline unsigned int grid_for_each(int64_t items) {
 
 // The warp and block families: a block per pass over their rows, except
 // 16-bit rows (but backward rows whose length is a power of two), which walk
-// several passes on kMaxGridBlocks blocks (docs/tuning/grids.md).
+// several passes on kMaxGridBlocks blocks (docs/tuning/block.md, "Grids").
 constexpr bool grid_walks_rows(c10::ScalarType in, int64_t axis_size, bool backward) {
   return is_16bit_float(in) && (!backward || !is_pow2(axis_size));
 }
