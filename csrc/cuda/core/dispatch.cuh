@@ -60,16 +60,25 @@ void dispatch_kind(Kind kind, F&& f) {
 // families' (has_fast_kernels), or every pair of the four dtypes.
 enum class Pairs { kFast, kAll };
 
-// Rungs 1 and 2: calls f(TypeTag<in_t>{}, TypeTag<out_t>{}, Epilogues{})
-// for the problem's dtypes and kind; a backward's dy, y and dx share one
-// dtype (in_t == out_t). The family names its kernel's epilogue from
-// Epilogues (ForwardFor<out_t>::type, BackwardFor<scalar_t>::type).
+// The types of one rung: element types and the epilogues of the kind. A
+// launcher takes them as a template lambda,
+//   [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) { ... },
+// and names its kernel's epilogue from E (E::ForwardFor<out_t>::type,
+// E::BackwardFor<scalar_t>::type).
+template <typename In, typename Out, typename Epilogues>
+struct KernelTypes {};
+
+// Rungs 1 and 2: calls f(KernelTypes<in_t, out_t, Epilogues>{}) for the
+// problem's dtypes and kind; a backward's dy, y and dx share one dtype
+// (in_t == out_t).
 template <bool kBackward, Pairs kPairs = Pairs::kFast, typename F>
 void dispatch_types(const Problem& p, const char* where, F&& f) {
   TORCH_INTERNAL_ASSERT(p.is_backward() == kBackward, where, ": a ", p.is_backward() ? "backward" : "forward",
                         " problem for the other direction's launcher");
   auto with_kind = [&](auto in_tag, auto out_tag) {
-    dispatch_kind(p.kind, [&](auto epilogues) { f(in_tag, out_tag, epilogues); });
+    dispatch_kind(p.kind, [&](auto epilogues) {
+      f(KernelTypes<typename decltype(in_tag)::type, typename decltype(out_tag)::type, decltype(epilogues)>{});
+    });
   };
   if constexpr (kBackward) {
     dispatch_floating_type(p.out_dtype, where, [&](auto tag) { with_kind(tag, tag); });

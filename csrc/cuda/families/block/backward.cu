@@ -12,9 +12,8 @@ void block_backward(const Plan& plan, const Buffers& b, void*) {
   const Problem& p = plan.problem;
   const BlockGeometry& g = plan.geometry_as<BlockGeometry>();
   const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
-  dispatch_types<true>(p, "softmax_ext cuda.block_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<true>(p, "softmax_ext cuda.block_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     dispatch_bool(g.packed, [&](auto packed) {
       constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<scalar_t>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) * (kPacked ? 2 : 1) / kPack<scalar_t>;

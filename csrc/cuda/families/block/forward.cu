@@ -13,10 +13,8 @@ void block_forward(const Plan& plan, const Buffers& b, void*) {
   const Problem& p = plan.problem;
   const BlockGeometry& g = plan.geometry_as<BlockGeometry>();
   const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
-  dispatch_types<false>(p, "softmax_ext cuda.block", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false>(p, "softmax_ext cuda.block",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     dispatch_bool(g.packed, [&](auto packed) {
       constexpr bool kPacked = decltype(packed)::value && is_reduced_float_v<in_t>;
       constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) * (kPacked ? 2 : 1) / kPack<in_t>;

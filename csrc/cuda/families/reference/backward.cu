@@ -63,14 +63,14 @@ __global__ void __launch_bounds__(kReferenceBlock)
 void reference_backward(const Plan& plan, const Buffers& buffers, void*) {
   const Problem& problem = plan.problem;
   const auto layout = make_row_indexer<3>(problem, {kIn0, kIn1, kOut});
-  dispatch_types<true>(problem, "softmax_ext cuda.reference_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
+  dispatch_types<true>(problem, "softmax_ext cuda.reference_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     auto launch = [&](auto kernel) {
       launch_kernel(kernel, grid_for_rows(layout.rows), kReferenceBlock, 0, static_cast<const scalar_t*>(buffers.in0),
                     static_cast<const scalar_t*>(buffers.in1), static_cast<scalar_t*>(buffers.out), layout);
     };
     // The accurate exp in every dtype (the epilogue templates' default).
-    if constexpr (std::is_same_v<decltype(epilogues), LogSoftmaxEpilogues>) {
+    if constexpr (std::is_same_v<E, LogSoftmaxEpilogues>) {
       launch(softmax_backward_reference_kernel<LogSoftmaxBackwardEpilogue, scalar_t>);
     } else {
       launch(softmax_backward_reference_kernel<SoftmaxBackwardEpilogue, scalar_t>);

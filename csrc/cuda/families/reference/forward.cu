@@ -61,10 +61,8 @@ __global__ void __launch_bounds__(kReferenceBlock)
 void reference_forward(const Plan& plan, const Buffers& buffers, void*) {
   const Problem& problem = plan.problem;
   const auto layout = make_row_indexer<2>(problem, {kIn0, kOut});
-  dispatch_types<false, Pairs::kAll>(problem, "softmax_ext cuda.reference", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false, Pairs::kAll>(problem, "softmax_ext cuda.reference",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     launch_kernel(softmax_forward_reference_kernel<E::template Forward, in_t, out_t>, grid_for_rows(layout.rows),
                   kReferenceBlock, 0, static_cast<const in_t*>(buffers.in0), static_cast<out_t*>(buffers.out), layout);
   });

@@ -11,9 +11,7 @@ namespace softmax_ext::cuda {
 
 void row_tile_backward(const Plan& plan, const Buffers& b, void*) {
   const RowTileGeometry& g = plan.geometry_as<RowTileGeometry>();
-  dispatch_types<true>(plan.problem, "softmax_ext cuda.row_tile_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<true>(plan.problem, "softmax_ext cuda.row_tile_backward", [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     if constexpr (!std::is_same_v<scalar_t, double>) {
       dispatch_int<8, 16>(g.per_lane, [&](auto lanes) {  // dx over dy where it can
         launch_kernel(softmax_row_tile_backward_kernel<E::template BackwardFor<scalar_t>::template type, scalar_t,

@@ -11,10 +11,7 @@ namespace softmax_ext::cuda {
 
 void row_tile_forward(const Plan& plan, const Buffers& b, void*) {
   const RowTileGeometry& g = plan.geometry_as<RowTileGeometry>();
-  dispatch_types<false>(plan.problem, "softmax_ext cuda.row_tile", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false>(plan.problem, "softmax_ext cuda.row_tile", [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     if constexpr (std::is_same_v<in_t, float> && std::is_same_v<out_t, float>) {
       dispatch_int<8, 16>(g.per_lane, [&](auto lanes) {  // y over x where it can
         launch_kernel(softmax_row_tile_forward_kernel<E::template ForwardFor<float>::template type, float,

@@ -14,10 +14,9 @@ void split_backward(const Plan& plan, const Buffers& b, void* workspace) {
   const Problem& p = plan.problem;
   const SplitShape& g = plan.geometry_as<SplitShape>();
   const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
-  dispatch_types<true>(p, "softmax_ext cuda.split_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
+  dispatch_types<true>(p, "softmax_ext cuda.split_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     using acc_t = acc_type<scalar_t>;
-    using E = decltype(epilogues);
     using Epilogue = typename E::template BackwardFor<scalar_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / kPack<scalar_t>;
     auto* partials = static_cast<acc_t*>(workspace);
@@ -38,17 +37,17 @@ void split_backward(const Plan& plan, const Buffers& b, void* workspace) {
 
 namespace {
 
-// The resident kernel of p's type and kind: f(kernel, TypeTag<scalar_t>{}).
+// The resident kernel of p's type and kind: f(kernel, its KernelTypes).
 template <typename F>
 void with_resident_kernel(const Problem& p, F&& f) {
-  dispatch_types<true>(p, "softmax_ext cuda.split_resident_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<true>(p, "softmax_ext cuda.split_resident_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     using Epilogue = typename E::template BackwardFor<scalar_t>;
     constexpr int kPacks = elems_per_thread(is_double_acc_v<scalar_t>, true) / kPack<scalar_t>;
     static_assert(HeldTiles<2, kPacks>::kTileBytes ==
                   resident_tile_thread_bytes(sizeof(scalar_t), is_double_acc_v<scalar_t>, true));
-    f(softmax_split_resident_backward_kernel<Epilogue::template type, scalar_t, kPacks>, tag);
+    f(softmax_split_resident_backward_kernel<Epilogue::template type, scalar_t, kPacks>,
+      KernelTypes<scalar_t, scalar_t, E>{});
   });
 }
 
@@ -65,8 +64,7 @@ void split_resident_backward(const Plan& plan, const Buffers& b, void* workspace
   const ResidentGeometry& g = plan.geometry_as<ResidentGeometry>();
   const auto layout = make_row_indexer<3>(p, {kIn0, kIn1, kOut});
   unsigned* arrivals = resident_arrivals(p, workspace);
-  with_resident_kernel(p, [&](auto kernel, auto tag) {
-    using scalar_t = typename decltype(tag)::type;
+  with_resident_kernel(p, [&]<typename scalar_t, typename E>(auto kernel, KernelTypes<scalar_t, scalar_t, E>) {
     launch_resident(kernel, p, g, arrivals, static_cast<const scalar_t*>(b.in0), static_cast<const scalar_t*>(b.in1),
                     static_cast<scalar_t*>(b.out), static_cast<acc_type<scalar_t>*>(workspace), arrivals, layout,
                     g.shape);

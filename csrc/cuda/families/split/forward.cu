@@ -14,11 +14,9 @@ void split_forward(const Plan& plan, const Buffers& b, void* workspace) {
   const Problem& p = plan.problem;
   const SplitShape& g = plan.geometry_as<SplitShape>();
   const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
-  dispatch_types<false>(p, "softmax_ext cuda.split", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
+  dispatch_types<false>(p, "softmax_ext cuda.split",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     using acc_t = acc_type<out_t>;
-    using E = decltype(epilogues);
     constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / kPack<in_t>;
     auto* partials = static_cast<MaxSum<acc_t>*>(workspace);
     auto* totals = reinterpret_cast<MaxSum<acc_t>*>(static_cast<char*>(workspace) + split_partials_bytes(p));
@@ -37,19 +35,16 @@ void split_forward(const Plan& plan, const Buffers& b, void* workspace) {
 
 namespace {
 
-// The resident kernel of p's types and kind: f(kernel, TypeTag<in_t>{},
-// TypeTag<out_t>{}).
+// The resident kernel of p's types and kind: f(kernel, its KernelTypes).
 template <typename F>
 void with_resident_kernel(const Problem& p, F&& f) {
-  dispatch_types<false>(p, "softmax_ext cuda.split_resident", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false>(p, "softmax_ext cuda.split_resident",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     constexpr int kPacks = elems_per_thread(is_double_acc_v<out_t>, false) / kPack<in_t>;
     static_assert(HeldTiles<1, kPacks>::kTileBytes ==
                   resident_tile_thread_bytes(sizeof(in_t), is_double_acc_v<out_t>, false));
-    f(softmax_split_resident_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks>, in_tag,
-      out_tag);
+    f(softmax_split_resident_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t, kPacks>,
+      KernelTypes<in_t, out_t, E>{});
   });
 }
 
@@ -57,7 +52,7 @@ void with_resident_kernel(const Problem& p, F&& f) {
 
 int64_t resident_blocks_forward(const Problem& p, int64_t smem_bytes) {
   int64_t blocks = 0;
-  with_resident_kernel(p, [&](auto kernel, auto, auto) { blocks = resident_blocks(kernel, smem_bytes); });
+  with_resident_kernel(p, [&](auto kernel, auto) { blocks = resident_blocks(kernel, smem_bytes); });
   return blocks;
 }
 
@@ -66,9 +61,7 @@ void split_resident_forward(const Plan& plan, const Buffers& b, void* workspace)
   const ResidentGeometry& g = plan.geometry_as<ResidentGeometry>();
   const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
   unsigned* arrivals = resident_arrivals(p, workspace);
-  with_resident_kernel(p, [&](auto kernel, auto in_tag, auto out_tag) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
+  with_resident_kernel(p, [&]<typename in_t, typename out_t, typename E>(auto kernel, KernelTypes<in_t, out_t, E>) {
     launch_resident(kernel, p, g, arrivals, static_cast<const in_t*>(b.in0), static_cast<out_t*>(b.out),
                     static_cast<MaxSum<acc_type<out_t>>*>(workspace), arrivals, layout, g.shape);
   });

@@ -11,9 +11,8 @@ void strided_backward(const Plan& plan, const Buffers& b, void*) {
   const Problem& p = plan.problem;
   const StridedGeometry& g = plan.geometry_as<StridedGeometry>();
   const auto layout = make_strided_layout<3>(p, {kIn0, kIn1, kOut});
-  dispatch_types<true>(p, "softmax_ext cuda.strided_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<true>(p, "softmax_ext cuda.strided_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     using Packing = StridedPacking<scalar_t>;
     constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<scalar_t>, true);
     dispatch_int<1, Packing::kVector>(g.shape.pack, [&](auto pack) {

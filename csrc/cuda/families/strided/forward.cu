@@ -11,10 +11,8 @@ void strided_forward(const Plan& plan, const Buffers& b, void*) {
   const Problem& p = plan.problem;
   const StridedGeometry& g = plan.geometry_as<StridedGeometry>();
   const auto layout = make_strided_layout<2>(p, {kIn0, kOut});
-  dispatch_types<false>(p, "softmax_ext cuda.strided", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false>(p, "softmax_ext cuda.strided",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     using Packing = StridedPacking<in_t>;
     constexpr int kPerThread = strided_elems_per_thread(is_double_acc_v<out_t>, false);
     dispatch_int<1, Packing::kVector>(g.shape.pack, [&](auto vector) {

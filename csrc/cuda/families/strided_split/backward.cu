@@ -12,10 +12,9 @@ void strided_split_backward(const Plan& plan, const Buffers& b, void* workspace)
   const StridedSplitGeometry& geo = plan.geometry_as<StridedSplitGeometry>();
   const StridedSplitShape& g = geo.shape;
   const auto layout = make_strided_layout<3>(p, {kIn0, kIn1, kOut});
-  dispatch_types<true>(p, "softmax_ext cuda.strided_split_backward", [&](auto tag, auto, auto epilogues) {
-    using scalar_t = typename decltype(tag)::type;
+  dispatch_types<true>(p, "softmax_ext cuda.strided_split_backward",
+                 [&]<typename scalar_t, typename E>(KernelTypes<scalar_t, scalar_t, E>) {
     using acc_t = acc_type<scalar_t>;
-    using E = decltype(epilogues);
     auto* partials = static_cast<acc_t*>(workspace);
     auto* totals = reinterpret_cast<acc_t*>(static_cast<char*>(workspace) + strided_split_partials_bytes(p));
     const auto* dy = static_cast<const scalar_t*>(b.in0);

@@ -12,11 +12,9 @@ void strided_split_forward(const Plan& plan, const Buffers& b, void* workspace) 
   const StridedSplitGeometry& geo = plan.geometry_as<StridedSplitGeometry>();
   const StridedSplitShape& g = geo.shape;
   const auto layout = make_strided_layout<2>(p, {kIn0, kOut});
-  dispatch_types<false>(p, "softmax_ext cuda.strided_split", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
+  dispatch_types<false>(p, "softmax_ext cuda.strided_split",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     using acc_t = acc_type<out_t>;
-    using E = decltype(epilogues);
     auto* partials = static_cast<MaxSum<acc_t>*>(workspace);
     auto* totals = reinterpret_cast<MaxSum<acc_t>*>(static_cast<char*>(workspace) + strided_split_partials_bytes(p));
     const auto* x = static_cast<const in_t*>(b.in0);

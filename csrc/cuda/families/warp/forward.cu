@@ -10,10 +10,8 @@ void warp_forward(const Plan& plan, const Buffers& b, void*) {
   const Problem& p = plan.problem;
   const WarpGeometry& g = plan.geometry_as<WarpGeometry>();
   const auto layout = make_row_indexer<2>(p, {kIn0, kOut});
-  dispatch_types<false>(p, "softmax_ext cuda.warp", [&](auto in_tag, auto out_tag, auto epilogues) {
-    using in_t = typename decltype(in_tag)::type;
-    using out_t = typename decltype(out_tag)::type;
-    using E = decltype(epilogues);
+  dispatch_types<false>(p, "softmax_ext cuda.warp",
+                 [&]<typename in_t, typename out_t, typename E>(KernelTypes<in_t, out_t, E>) {
     constexpr int kMaxPacks = elems_per_thread(is_double_acc_v<out_t>, false) / kPack<in_t>;
     dispatch_packs<kMaxPacks>(g.shape.packs, [&](auto packs) {
       launch_kernel(softmax_warp_forward_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
