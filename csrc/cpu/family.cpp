@@ -9,9 +9,9 @@
 namespace softmax_ext {
 namespace {
 
-bool plan_lastdim(const Problem& p, const DeviceFacts*, Plan&) { return p.axis_contiguous(); }
-bool plan_inner(const Problem& p, const DeviceFacts*, Plan&) { return p.inner_size() > 1; }
-bool plan_strided(const Problem&, const DeviceFacts*, Plan&) { return true; }
+bool takes_lastdim(const Problem& p, const DeviceFacts*) { return p.axis_contiguous(); }
+bool takes_inner(const Problem& p, const DeviceFacts*) { return p.inner_size() > 1; }
+bool takes_strided(const Problem&, const DeviceFacts*) { return true; }
 
 void lastdim(const Plan& plan, const Buffers& b, void*) { cpu::run_lastdim(plan.problem, b); }
 void inner(const Plan& plan, const Buffers& b, void*) { cpu::run_inner(plan.problem, b); }
@@ -19,11 +19,11 @@ void strided(const Plan& plan, const Buffers& b, void*) { cpu::run_strided(plan.
 
 }  // namespace
 
-extern const Family kCpuLastDim = {"cpu.lastdim", c10::DeviceType::CPU, true, false, false, plan_lastdim, nullptr,
+extern const Family kCpuLastDim = {"cpu.lastdim", c10::DeviceType::CPU, true, false, false, takes_lastdim, nullptr, nullptr,
                                    lastdim, lastdim, nullptr};
-extern const Family kCpuInner = {"cpu.inner", c10::DeviceType::CPU, true, false, false, plan_inner, nullptr,
+extern const Family kCpuInner = {"cpu.inner", c10::DeviceType::CPU, true, false, false, takes_inner, nullptr, nullptr,
                                  inner, inner, nullptr};
-extern const Family kCpuStrided = {"cpu.strided", c10::DeviceType::CPU, true, false, false, plan_strided, nullptr,
+extern const Family kCpuStrided = {"cpu.strided", c10::DeviceType::CPU, true, false, false, takes_strided, nullptr, nullptr,
                                    strided, strided, nullptr};
 
 }  // namespace softmax_ext

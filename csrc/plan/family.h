@@ -52,9 +52,11 @@ struct Family {
   // then takes the problem.
   bool relayout_helps;
   // Whether the family takes `problem` (`device`: the facts of its CUDA
-  // device, nullptr on CPU); if so, fills plan.geometry and
-  // plan.workspace_bytes.
-  bool (*plan)(const Problem& problem, const DeviceFacts* device, Plan& plan);
+  // device, nullptr on CPU).
+  bool (*takes)(const Problem& problem, const DeviceFacts* device);
+  // For a problem it takes, with elements: fills plan.geometry (what its
+  // launchers launch) and plan.workspace_bytes; nullptr: nothing to plan.
+  void (*plan)(const Problem& problem, const DeviceFacts* device, Plan& plan);
   // The concrete buffers against the plan's geometry (pointer alignment it
   // assumed); nullptr: nothing to check beyond the common checks.
   Status (*can_implement)(const Plan& plan, const Buffers& buffers);

@@ -26,9 +26,10 @@ std::string kernel_name(const Family& family, const Problem& p) {
 bool plan_with_registry(const Problem& p, const DeviceFacts* device, Plan& plan) {
   for (const Family* family : families()) {
     if (family->device != p.device_type) continue;
+    if (!family->takes(p, device)) continue;
     plan = Plan{};
     plan.problem = p;
-    if (!family->plan(p, device, plan)) continue;
+    if (family->plan != nullptr && p.numel() > 0) family->plan(p, device, plan);
     plan.family = family;
     plan.kernel = kernel_name(*family, p);
     plan.accumulator = p.acc_dtype();

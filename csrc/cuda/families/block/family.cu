@@ -54,21 +54,21 @@ void block_geometry(const Problem& p, int max_cluster, int device_cluster, Plan&
   g.launch.walks_rows = g.launch.persistent || grid_walks_rows(p.in_dtype, p.axis_size, bw);
 }
 
-bool plan_block(const Problem& p, const DeviceFacts* device, Plan& plan) {
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || !p.axis_contiguous() ||
-      p.axis_size > block_capacity(p.acc_dtype() == c10::ScalarType::Double, p.is_backward(), device->max_cluster > 1))
-    return false;
+bool takes_block(const Problem& p, const DeviceFacts* device) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && p.axis_contiguous() &&
+         p.axis_size <= block_capacity(p.acc_dtype() == c10::ScalarType::Double, p.is_backward(), device->max_cluster > 1);
+}
+void plan_block(const Problem& p, const DeviceFacts* device, Plan& plan) {
   block_geometry(p, 1, device->max_cluster, plan);
-  return true;
 }
 
-bool plan_cluster(const Problem& p, const DeviceFacts* device, Plan& plan) {
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || !p.axis_contiguous() || device->max_cluster <= 1 ||
-      p.axis_size > cluster_capacity(p.in_dtype, p.acc_dtype() == c10::ScalarType::Double, p.is_backward(),
-                                     device->max_cluster))
-    return false;
+bool takes_cluster(const Problem& p, const DeviceFacts* device) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && p.axis_contiguous() && device->max_cluster > 1 &&
+         p.axis_size <= cluster_capacity(p.in_dtype, p.acc_dtype() == c10::ScalarType::Double, p.is_backward(),
+                                         device->max_cluster);
+}
+void plan_cluster(const Problem& p, const DeviceFacts* device, Plan& plan) {
   block_geometry(p, device->max_cluster, device->max_cluster, plan);
-  return true;
 }
 
 void block_limits(c10::ScalarType dtype, bool backward, const DeviceFacts& device, Limits& out) {
@@ -88,12 +88,12 @@ void cluster_limits(c10::ScalarType dtype, bool backward, const DeviceFacts& dev
 namespace softmax_ext {
 
 extern const Family kCudaBlock = {"cuda.block", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                  /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_block, nullptr,
+                                  /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::takes_block, cuda::plan_block, nullptr,
                                   cuda::block_forward, cuda::block_backward, cuda::block_limits};
 // Cluster blocks exchange partials with st.async and mbarriers (no atomic
 // arithmetic on the values); each block folds them in rank order.
 extern const Family kCudaCluster = {"cuda.cluster", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_cluster, nullptr,
+                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::takes_cluster, cuda::plan_cluster, nullptr,
                                     cuda::block_forward, cuda::block_backward, cuda::cluster_limits};
 
 }  // namespace softmax_ext

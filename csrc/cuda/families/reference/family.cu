@@ -7,7 +7,7 @@
 namespace softmax_ext {
 namespace {
 
-bool plan_reference(const Problem&, const DeviceFacts*, Plan&) { return true; }
+bool takes_reference(const Problem&, const DeviceFacts*) { return true; }
 
 }  // namespace
 
@@ -16,6 +16,6 @@ bool plan_reference(const Problem&, const DeviceFacts*, Plan&) { return true; }
 // grad_input's layout, where another family takes the problem.
 extern const Family kCudaReference = {
     "cuda.reference", c10::DeviceType::CUDA, /*deterministic=*/true, /*uses_atomics=*/false,
-    /*relayout_helps=*/true, plan_reference, nullptr, cuda::reference_forward, cuda::reference_backward, nullptr};
+    /*relayout_helps=*/true, takes_reference, nullptr, nullptr, cuda::reference_forward, cuda::reference_backward, nullptr};
 
 }  // namespace softmax_ext

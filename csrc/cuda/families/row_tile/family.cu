@@ -33,8 +33,11 @@ RowTileShape row_tile_shape(const Problem& p, int64_t element_bytes) {
 
 // A launch over the staged inputs (forward x; backward dy and y), the
 // output last.
-bool plan_row_tile(const Problem& p, const DeviceFacts*, Plan& plan) {
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || !p.axis_contiguous() || !row_tile_takes(p)) return false;
+bool takes_row_tile(const Problem& p, const DeviceFacts*) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && p.axis_contiguous() && row_tile_takes(p);
+}
+
+void plan_row_tile(const Problem& p, const DeviceFacts*, Plan& plan) {
   const int64_t element_bytes = c10::elementSize(p.in_dtype);
   const int inputs = p.num_inputs();
   RowTileGeometry& g = plan.geometry_as<RowTileGeometry>();
@@ -43,7 +46,6 @@ bool plan_row_tile(const Problem& p, const DeviceFacts*, Plan& plan) {
   g.in_place = p.base_offset[kIn0] % kRowTileAlign == p.base_offset[kOut] % kRowTileAlign;
   g.shared_bytes = (g.in_place ? inputs : inputs + 1) * int64_t{g.shape.region};
   g.grid = grid_for_each(ceil_div(p.rows, int64_t{g.shape.tile_rows}));
-  return true;
 }
 
 void row_tile_limits(c10::ScalarType dtype, bool backward, const DeviceFacts&, Limits& out) {
@@ -56,7 +58,7 @@ void row_tile_limits(c10::ScalarType dtype, bool backward, const DeviceFacts&, L
 namespace softmax_ext {
 
 extern const Family kCudaRowTile = {"cuda.row_tile", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_row_tile, nullptr,
+                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::takes_row_tile, cuda::plan_row_tile, nullptr,
                                     cuda::row_tile_forward, cuda::row_tile_backward, cuda::row_tile_limits};
 
 }  // namespace softmax_ext

@@ -21,8 +21,11 @@ int64_t resident_capacity(const Problem& p, const DeviceFacts& device) {
 // A row takes the fewest blocks that hold it (held tiles and one in
 // registers each), as many rows at once as the other blocks take, and then
 // every block the device holds is given a slice of a row of the group.
-bool plan_split_resident(const Problem& p, const DeviceFacts* device, Plan& plan) {
-  if (!takes_rows(p) || p.axis_size > resident_capacity(p, *device)) return false;
+bool takes_split_resident(const Problem& p, const DeviceFacts* device) {
+  return takes_rows(p) && p.axis_size <= resident_capacity(p, *device);
+}
+
+void plan_split_resident(const Problem& p, const DeviceFacts* device, Plan& plan) {
   const bool dbl = p.out_dtype == c10::ScalarType::Double;
   const bool bw = p.is_backward();
   const int64_t in_bytes = c10::elementSize(p.in_dtype);
@@ -43,15 +46,14 @@ bool plan_split_resident(const Problem& p, const DeviceFacts* device, Plan& plan
   per_row = ceil_div(tiles, slice);  // no empty slice
   g.shape = {p.rows, tiles, slice, static_cast<int>(per_row), static_cast<int>(group), static_cast<int>(held_tiles)};
   plan.workspace_bytes = resident_workspace_bytes(p);
-  return true;
 }
 
-bool plan_split(const Problem& p, const DeviceFacts*, Plan& plan) {
-  if (!takes_rows(p)) return false;
+bool takes_split(const Problem& p, const DeviceFacts*) { return takes_rows(p); }
+
+void plan_split(const Problem& p, const DeviceFacts*, Plan& plan) {
   const int64_t tiles = split_tiles(p);
   plan.geometry_as<SplitShape>() = {p.rows, tiles, split_chunk_tiles(tiles), split_chunks(p), split_apply_tiles(p)};
   plan.workspace_bytes = split_workspace_bytes(p);
-  return true;
 }
 
 void split_resident_limits(c10::ScalarType dtype, bool backward, const DeviceFacts& device, Limits& out) {
@@ -75,10 +77,10 @@ namespace softmax_ext {
 // slice order, so the result does not depend on which block arrives first.
 extern const Family kCudaSplitResident = {
     "cuda.split_resident", c10::DeviceType::CUDA, /*deterministic=*/true, /*uses_atomics=*/true,
-    /*relayout_helps=*/false, cuda::plan_split_resident, nullptr, cuda::split_resident_forward,
+    /*relayout_helps=*/false, cuda::takes_split_resident, cuda::plan_split_resident, nullptr, cuda::split_resident_forward,
     cuda::split_resident_backward, cuda::split_resident_limits};
 extern const Family kCudaSplit = {"cuda.split", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                  /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_split, nullptr,
+                                  /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::takes_split, cuda::plan_split, nullptr,
                                   cuda::split_forward, cuda::split_backward, cuda::split_limits};
 
 }  // namespace softmax_ext

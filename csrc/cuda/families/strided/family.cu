@@ -77,13 +77,15 @@ StridedShape strided_shape(const Problem& p, int pack, int64_t per_thread, int m
 
 // The geometry of a launch of in_bytes elements whose reduction keeps
 // values of value_bytes, `per_thread` accumulator values a thread.
-bool plan_strided(const Problem& p, const DeviceFacts* device, Plan& plan) {
-  const bool dbl = p.acc_dtype() == c10::ScalarType::Double;
+bool takes_strided(const Problem& p, const DeviceFacts* device) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && !p.axis_contiguous() && p.inner_size() >= kStridedMinInner &&
+         p.axis_size <= strided_reach(p.acc_dtype() == c10::ScalarType::Double, p.is_backward(),
+                                      c10::elementSize(p.in_dtype), device->max_cluster);
+}
+
+void plan_strided(const Problem& p, const DeviceFacts* device, Plan& plan) {
   const bool bw = p.is_backward();
   const int64_t in_bytes = c10::elementSize(p.in_dtype);
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || p.axis_contiguous() || p.inner_size() < kStridedMinInner ||
-      p.axis_size > strided_reach(dbl, bw, in_bytes, device->max_cluster))
-    return false;
   const bool reduced = is_16bit_float(p.in_dtype);
   const int vector = reduced ? pack_size(in_bytes) / 2 : pack_size(in_bytes);
   const int per_thread = strided_elems_per_thread(p.out_dtype == c10::ScalarType::Double, bw);
@@ -97,7 +99,6 @@ bool plan_strided(const Problem& p, const DeviceFacts* device, Plan& plan) {
                                       g.shape.columns * g.shape.pack, g.shape.cluster_size),
               strided_persistent(g.shape.threads)};
   g.one_warp = g.shape.threads == kWarpSize && g.shape.cluster_size == 1;
-  return true;
 }
 
 void strided_limits(c10::ScalarType dtype, bool backward, const DeviceFacts& device, Limits& out) {
@@ -112,7 +113,7 @@ void strided_limits(c10::ScalarType dtype, bool backward, const DeviceFacts& dev
 namespace softmax_ext {
 
 extern const Family kCudaStrided = {"cuda.strided", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_strided, nullptr,
+                                    /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::takes_strided, cuda::plan_strided, nullptr,
                                     cuda::strided_forward, cuda::strided_backward, cuda::strided_limits};
 
 }  // namespace softmax_ext

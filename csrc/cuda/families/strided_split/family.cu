@@ -10,9 +10,11 @@ namespace {
 
 // Axes past the strided family's reach (the registry asks it first), with
 // an inner run: 16-byte accesses where aligned, the widest tile.
-bool plan_strided_split(const Problem& p, const DeviceFacts*, Plan& plan) {
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || p.axis_contiguous() || p.inner_size() < kStridedMinInner)
-    return false;
+bool takes_strided_split(const Problem& p, const DeviceFacts*) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && !p.axis_contiguous() && p.inner_size() >= kStridedMinInner;
+}
+
+void plan_strided_split(const Problem& p, const DeviceFacts*, Plan& plan) {
   StridedSplitGeometry& g = plan.geometry_as<StridedSplitGeometry>();
   g.pack = strided_pack(p, pack_size(c10::elementSize(p.in_dtype)));
   g.columns = static_cast<int>(strided_widest_tile(p, g.pack) / g.pack);
@@ -21,7 +23,6 @@ bool plan_strided_split(const Problem& p, const DeviceFacts*, Plan& plan) {
   const int64_t chunks = strided_split_chunks(p);
   g.shape = {kStridedSplitChunk, chunks, chunks * tiles};
   plan.workspace_bytes = strided_split_workspace_bytes(p);
-  return true;
 }
 
 }  // namespace
@@ -29,8 +30,9 @@ bool plan_strided_split(const Problem& p, const DeviceFacts*, Plan& plan) {
 
 namespace softmax_ext {
 
-extern const Family kCudaStridedSplit = {"cuda.strided_split", c10::DeviceType::CUDA, /*deterministic=*/true,
-                                         /*uses_atomics=*/false, /*relayout_helps=*/false, cuda::plan_strided_split,
-                                         nullptr, cuda::strided_split_forward, cuda::strided_split_backward, nullptr};
+extern const Family kCudaStridedSplit = {
+    "cuda.strided_split", c10::DeviceType::CUDA, /*deterministic=*/true, /*uses_atomics=*/false,
+    /*relayout_helps=*/false, cuda::takes_strided_split, cuda::plan_strided_split, nullptr,
+    cuda::strided_split_forward, cuda::strided_split_backward, nullptr};
 
 }  // namespace softmax_ext

@@ -34,11 +34,13 @@ unsigned int warp_grid(int64_t rows, int group, int packs, int max_packs, bool w
   return walk ? grid_for_rows(passes) : grid_for_each(passes);
 }
 
-bool plan_warp(const Problem& p, const DeviceFacts*, Plan& plan) {
+bool takes_warp(const Problem& p, const DeviceFacts*) {
+  return has_fast_kernels(p.in_dtype, p.out_dtype) && p.axis_contiguous() &&
+         p.axis_size <= warp_capacity(p.acc_dtype() == c10::ScalarType::Double, p.is_backward());
+}
+
+void plan_warp(const Problem& p, const DeviceFacts*, Plan& plan) {
   const bool bw = p.is_backward();
-  if (!has_fast_kernels(p.in_dtype, p.out_dtype) || !p.axis_contiguous() ||
-      p.axis_size > warp_capacity(p.acc_dtype() == c10::ScalarType::Double, bw))
-    return false;
   const int64_t in_bytes = c10::elementSize(p.in_dtype);
   const int pack = pack_size(in_bytes);
   const int max_packs = elems_per_thread(p.out_dtype == c10::ScalarType::Double, bw) / pack;
@@ -46,7 +48,6 @@ bool plan_warp(const Problem& p, const DeviceFacts*, Plan& plan) {
   g.shape = warp_shape(p.axis_size + view_slack(p, kIn0, in_bytes), pack, max_packs, bw);
   g.grid = warp_grid(p.rows, g.shape.group, g.shape.packs, max_packs, grid_walks_rows(p.in_dtype, p.axis_size, bw));
   g.view_align = bw ? kVectorBytes : warp_view_align(p.axis_size, g.shape, in_bytes);
-  return true;
 }
 
 void warp_limits(c10::ScalarType dtype, bool backward, const DeviceFacts&, Limits& out) {
@@ -59,7 +60,7 @@ void warp_limits(c10::ScalarType dtype, bool backward, const DeviceFacts&, Limit
 namespace softmax_ext {
 
 extern const Family kCudaWarp = {"cuda.warp", c10::DeviceType::CUDA, /*deterministic=*/true, /*uses_atomics=*/false,
-                                 /*relayout_helps=*/false, cuda::plan_warp, nullptr, cuda::warp_forward,
+                                 /*relayout_helps=*/false, cuda::takes_warp, cuda::plan_warp, nullptr, cuda::warp_forward,
                                  cuda::warp_backward, cuda::warp_limits};
 
 }  // namespace softmax_ext
