@@ -4,7 +4,9 @@
 
 Disassembles both libraries with cuobjdump -sass (CUDA_HOME/bin, or the copy
 Triton ships) and compares each kernel's instructions per GPU architecture.
-Kernels are matched by symbol, with names made comparable first: anonymous
+Instructions are compared with their encodings, white space folded
+(cuobjdump pads each file's listing to its longest line). Kernels are
+matched by symbol, with names made comparable first: anonymous
 namespaces carry their file's name and a hash (_GLOBAL__N__<hash>_<n>_<file>),
 which moving a file changes. A symbol found in several object files is
 compared as the set of its bodies. Prints the identical and differing
@@ -65,7 +67,7 @@ def kernels(path):
             name, body = normalise(line.split("Function : ", 1)[1].strip()), []
         elif name is not None and line.strip().startswith("/*") and ";" in line:
             # the instruction and its encoding: /*0040*/  @!P0 BRA 0x210 ;  /* 0x... */
-            body.append(ANON.sub("ANON", ADDRESS.sub("", line).strip()))
+            body.append(" ".join(ANON.sub("ANON", ADDRESS.sub("", line)).split()))
         elif name is not None and re.match(r"^\s+/\* 0x[0-9a-f]{16} \*/\s*$", line):
             body.append(line.strip())  # the second half of an encoding
     close()

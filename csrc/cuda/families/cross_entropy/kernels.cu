@@ -21,11 +21,8 @@
 // nll_loss.
 
 #include "cross_entropy/plan.h"
-
 #include "cuda/core/dispatch.cuh"
-#include "cuda/core/epilogues.cuh"
 #include "cuda/core/grid.h"
-#include "cuda/core/numerics.cuh"
 #include "cuda/core/reduce.cuh"
 #include "cuda/core/vector_io.cuh"
 
@@ -183,9 +180,8 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
   }
 }
 
-// One block: the non-ignored targets' total weight and (mean / sum) the sum
-// of the per-row losses, each thread over a fixed stride of rows, then a
-// fixed-order block reduction.
+// One block: the non-ignored targets' total weight and (mean / sum) the sum of the
+// per-row losses, each thread over a fixed stride of rows, then a fixed-order block reduction.
 template <typename T>
 __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* total_weight,
                                                          bool mean) {
