@@ -1,16 +1,11 @@
-"""The block and cluster families (csrc/cuda/families/block): their thresholds (plan_limits' "block" and "cluster") and one past them, packed 16-bit rows, rows off the 16-byte grid, persistent staged clusters, partials of -inf."""
+"""The block and cluster families (csrc/cuda/families/block): their thresholds (plan_limits' "block"
+and "cluster") and one past them, packed 16-bit rows, rows off the 16-byte grid, persistent staged
+clusters, partials of -inf."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import assert_close_verbose, make_input, ours, reference_backward, reference_forward, requires_cuda
 from cuda_family_checks import KINDS, TAGS, check_family, limits, tolerances
 
 pytestmark = requires_cuda

@@ -1,19 +1,11 @@
-"""What every CUDA family promises: thresholds in order, grids past 65535 passes, dtype= pairs, bit-identical reruns, CUDA-graph replay, tensors of more than 2^31 elements."""
+"""What every CUDA family promises: thresholds in order, grids past 65535 passes, dtype= pairs, bit-
+identical reruns, CUDA-graph replay, tensors of more than 2^31 elements."""
 
 import pytest
 import torch
 
-from conftest import (
-    BACKWARD_TOLERANCES,
-    TOLERANCES,
-    assert_close_verbose,
-    custom_op,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import (BACKWARD_TOLERANCES, TOLERANCES, assert_close_verbose, custom_op, make_input, ours, reference_backward,
+    reference_forward, requires_cuda)
 from cuda_family_checks import KINDS, TAGS, free_gib, limits, tolerances
 
 pytestmark = requires_cuda

@@ -1,16 +1,10 @@
-"""The reference family (csrc/cuda/families/reference): what no fast family takes, and the backward with grad_output in another layout, which select() runs on a copy in grad_input's layout."""
+"""The reference family (csrc/cuda/families/reference): what no fast family takes, and the backward
+with grad_output in another layout, which select() runs on a copy in grad_input's layout."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_backward_inputs,
-    make_input,
-    ours,
-    reference_backward,
-    requires_cuda,
-)
+from conftest import assert_close_verbose, make_backward_inputs, make_input, ours, reference_backward, requires_cuda
 from cuda_family_checks import KINDS, tolerances
 
 pytestmark = requires_cuda

@@ -1,18 +1,11 @@
-"""The row-tile family (csrc/cuda/families/row_tile): its thresholds (plan_limits' "row_tile") and the rows it takes below them, every offset from the 32-byte grid, 64-bit offsets."""
+"""The row-tile family (csrc/cuda/families/row_tile): its thresholds (plan_limits' "row_tile") and the
+rows it takes below them, every offset from the 32-byte grid, 64-bit offsets."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    custom_op,
-    make_backward_inputs,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import (assert_close_verbose, custom_op, make_backward_inputs, make_input, ours, reference_backward,
+    reference_forward, requires_cuda)
 from cuda_family_checks import KINDS, TAGS, check_family, free_gib, limits, tolerances
 
 pytestmark = requires_cuda

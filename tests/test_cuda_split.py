@@ -1,16 +1,10 @@
-"""The split families (csrc/cuda/families/split): the resident one up to plan_limits' "split_resident" and the three kernels past it, several row groups per block, rows off the 16-byte grid."""
+"""The split families (csrc/cuda/families/split): the resident one up to plan_limits' "split_resident"
+and the three kernels past it, several row groups per block, rows off the 16-byte grid."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import assert_close_verbose, make_input, ours, reference_backward, reference_forward, requires_cuda
 from cuda_family_checks import KINDS, TAGS, check_family, limits, tolerances
 
 pytestmark = requires_cuda

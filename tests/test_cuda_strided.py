@@ -1,17 +1,11 @@
-"""The strided family (csrc/cuda/families/strided): its thresholds (plan_limits' "strided", "strided_min_inner") and one past them, tiles and clusters of every shape."""
+"""The strided family (csrc/cuda/families/strided): its thresholds (plan_limits' "strided",
+"strided_min_inner") and one past them, tiles and clusters of every shape."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_backward_inputs,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import (assert_close_verbose, make_backward_inputs, make_input, ours, reference_backward, reference_forward,
+    requires_cuda)
 from cuda_family_checks import KINDS, check_family, limits, tolerances
 
 pytestmark = requires_cuda

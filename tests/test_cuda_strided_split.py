@@ -1,17 +1,11 @@
-"""The strided split family (csrc/cuda/families/strided_split): axes past the strided family's reach, special values across chunks, dtype= pairs."""
+"""The strided split family (csrc/cuda/families/strided_split): axes past the strided family's reach,
+special values across chunks, dtype= pairs."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_backward_inputs,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import (assert_close_verbose, make_backward_inputs, make_input, ours, reference_backward, reference_forward,
+    requires_cuda)
 from cuda_family_checks import KINDS, tolerances
 
 pytestmark = requires_cuda

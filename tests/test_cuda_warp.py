@@ -1,16 +1,10 @@
-"""The warp family (csrc/cuda/families/warp): its threshold (plan_limits' "warp") and one past it, every lane-group size, rows at every offset."""
+"""The warp family (csrc/cuda/families/warp): its threshold (plan_limits' "warp") and one past it,
+every lane-group size, rows at every offset."""
 
 import pytest
 import torch
 
-from conftest import (
-    assert_close_verbose,
-    make_input,
-    ours,
-    reference_backward,
-    reference_forward,
-    requires_cuda,
-)
+from conftest import assert_close_verbose, make_input, ours, reference_backward, reference_forward, requires_cuda
 from cuda_family_checks import KINDS, TAGS, check_family, limits, tolerances
 
 pytestmark = requires_cuda
