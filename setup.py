@@ -88,7 +88,7 @@ def _archs_before_sm80(arch_list):
 
 def _with_sm90a(arch_list):
     """A bare "9.0" entry becomes "9.0a": the same H100/H200 machine code plus
-    the sm_90a-only instructions (wgmma) of csrc/softmax_matmul/sm90.cu; no
+    the sm_90a-only instructions (wgmma) of csrc/cuda/families/softmax_matmul/sm90.cu; no
     extra compile pass. "9.0+PTX" is left alone (its PTX must stay portable)."""
     entries = [e for e in arch_list.replace(",", ";").replace(" ", ";").split(";") if e]
     return ";".join("9.0a" if e == "9.0" else e for e in entries)

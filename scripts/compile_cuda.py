@@ -2,7 +2,7 @@
 one GPU target: a quick check (errors, registers, spills) without building the
 whole extension. No GPU needed.
 
-    python scripts/compile_cuda.py csrc/cuda/softmax_warp.cu [more.cu ...]
+    python scripts/compile_cuda.py csrc/cuda/families/warp/forward.cu [more.cu ...]
     ARCH=90a python scripts/compile_cuda.py ...   (default 90)
 
 Objects go to a temporary folder and are thrown away; ptxas's resource report

@@ -1,4 +1,4 @@
-// KernelFamily::kCpuInner: the axis is strided, and the innermost batch
+// cpu.inner: the axis is strided, and the innermost batch
 // dimension has unit stride in every operand (softmax over dim 1 of a
 // contiguous (A, B, C): axis B with stride C, inner run C).
 //

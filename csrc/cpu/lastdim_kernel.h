@@ -1,4 +1,4 @@
-// KernelFamily::kCpuLastDim: the axis is contiguous in every operand. One
+// cpu.lastdim: the axis is contiguous in every operand. One
 // row per iteration (row_kernel.h), rows spread over threads with
 // at::parallel_for, as torch's lastdim kernel. Every row is reduced by one
 // thread in a fixed order: results do not depend on the thread count.

@@ -14,8 +14,8 @@
 
 namespace softmax_ext::cpu {
 
-void run_lastdim(const Problem& problem, const Buffers& buffers);   // KernelFamily::kCpuLastDim
-void run_inner(const Problem& problem, const Buffers& buffers);     // KernelFamily::kCpuInner
-void run_strided(const Problem& problem, const Buffers& buffers);   // KernelFamily::kCpuStrided
+void run_lastdim(const Problem& problem, const Buffers& buffers);   // cpu.lastdim
+void run_inner(const Problem& problem, const Buffers& buffers);     // cpu.inner
+void run_strided(const Problem& problem, const Buffers& buffers);   // cpu.strided
 
 }  // namespace softmax_ext::cpu

@@ -1,4 +1,4 @@
-// KernelFamily::kCpuStrided: any strides (expanded stride-0 operands
+// cpu.strided: any strides (expanded stride-0 operands
 // included), any rank. A task gathers a group of consecutive rows into a
 // contiguous acc_t tile (converted as the vector kernels convert), runs each
 // through the lastdim family's row kernel in place, and scatters the tile to

@@ -13,9 +13,12 @@
 // (common.cuh): NaN-propagating max, the forward epilogues built from the
 // (max, sum) of the whole row, the fast exp for 16-bit types.
 
-#include "cuda/common.cuh"
-#include "cuda/fragment.cuh"
-#include "cuda/reduce.cuh"
+#include "cuda/core/dispatch.cuh"
+#include "cuda/core/epilogues.cuh"
+#include "cuda/core/grid.h"
+#include "cuda/core/numerics.cuh"
+#include "cuda/core/reduce.cuh"
+#include "cuda/core/vector_io.cuh"
 #include "distributed/rows.h"
 
 #include <c10/cuda/CUDAException.h>

@@ -7,7 +7,7 @@
 
 #include "plan/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
-#include "cuda/launch.h"
+#include "cuda/core/layout_copy.h"
 #endif
 
 #include <ATen/ATen.h>
@@ -58,10 +58,10 @@ c10::IntArrayRef sizes_of(const at::Tensor& t) {
 
 Plan make_plan(const char* op, Kind kind, Direction direction, const at::Tensor& like,
                c10::ScalarType in_dtype, c10::ScalarType out_dtype, int64_t axis,
-               const c10::IntArrayRef (&strides)[kNumOperands]) {
+               const c10::IntArrayRef (&strides)[kNumOperands], const void* const (&bases)[kNumOperands]) {
   Problem problem;
   Status status = describe(kind, direction, like.device().type(), in_dtype, out_dtype,
-                           sizes_of(like), strides, axis, problem);
+                           sizes_of(like), strides, bases, axis, problem);
   if (!status.ok()) throw_status(op, status);
   problem.device_index = like.is_cuda() ? like.device().index() : -1;
   Plan plan;
@@ -71,8 +71,7 @@ Plan make_plan(const char* op, Kind kind, Direction direction, const at::Tensor&
 }
 
 // dst = src across layouts. On CUDA a transposing copy goes through shared
-// memory tiles: at::Tensor::copy_ of a transposed 8192 x 8192 f32 tensor
-// runs at about a quarter of the copy bandwidth on H200.
+// memory tiles, faster than at::Tensor::copy_ there (docs/tuning/reference.md).
 void copy_into(at::Tensor& dst, const at::Tensor& src) {
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (dst.is_cuda()) {
@@ -116,7 +115,7 @@ at::Tensor forward(Kind kind, const at::Tensor& x_in, int64_t dim, std::optional
   at::Tensor y = new_output(x, out_dtype);
   if (y.numel() == 0) return y;
   const Plan plan = make_plan(op, kind, Direction::Forward, x, x.scalar_type(), out_dtype, axis,
-                              {x.strides(), {}, y.strides()});
+                              {x.strides(), {}, y.strides()}, {x.const_data_ptr(), nullptr, y.const_data_ptr()});
   launch(op, plan, {x.const_data_ptr(), nullptr, y.mutable_data_ptr()}, x);
   return y;
 }
@@ -155,20 +154,13 @@ at::Tensor backward(Kind kind, const at::Tensor& grad, const at::Tensor& out, in
   at::Tensor dx = new_output(out, out.scalar_type());
   if (dx.numel() == 0) return dx;
   const c10::ScalarType t = out.scalar_type();
-  Plan plan = make_plan(op, kind, Direction::Backward, out, t, t, axis, {grad.strides(), out.strides(), dx.strides()});
+  const Plan plan = make_plan(op, kind, Direction::Backward, out, t, t, axis,
+                              {grad.strides(), out.strides(), dx.strides()},
+                              {grad.const_data_ptr(), out.const_data_ptr(), dx.const_data_ptr()});
   at::Tensor g = grad;
-  // grad_output in another layout than output can leave the CUDA problem to
-  // the reference kernel, whose reads along a strided axis do not coalesce
-  // (19% of the copy bandwidth for a transposed 8192 x 8192 f32 pair on
-  // H200). A copy of grad_output in dx's layout, one more read and write of
-  // it, lets a fast family take the problem instead.
-  if (plan.family == KernelFamily::kCudaReference && grad.strides() != dx.strides()) {
-    Plan same = make_plan(op, kind, Direction::Backward, out, t, t, axis, {dx.strides(), out.strides(), dx.strides()});
-    if (same.family != KernelFamily::kCudaReference) {
-      g = at::empty_strided(dx.sizes(), dx.strides(), grad.options());
-      copy_into(g, grad);
-      plan = same;
-    }
+  if (plan.relayout_in0) {  // select() runs the problem on grad_output in dx's layout
+    g = at::empty_strided(dx.sizes(), dx.strides(), grad.options());
+    copy_into(g, grad);
   }
   launch(op, plan, {g.const_data_ptr(), out.const_data_ptr(), dx.mutable_data_ptr()}, out);
   return dx;
@@ -202,8 +194,10 @@ PlanInfo plan_info(const at::Tensor& x, int64_t dim, c10::string_view kind_name,
   const c10::ScalarType out_dtype = backward ? xs.scalar_type() : dtype.value_or(xs.scalar_type());
   const c10::DimVector y_strides = output_strides(xs);
   const c10::IntArrayRef y_ref(y_strides);
+  // y (and backward, output) new allocations; only x's pointer is known.
   const Plan plan = make_plan(op, kind, direction, xs, xs.scalar_type(), out_dtype, axis,
-                              {xs.strides(), backward ? y_ref : c10::IntArrayRef{}, y_ref});
+                              {xs.strides(), backward ? y_ref : c10::IntArrayRef{}, y_ref},
+                              {xs.const_data_ptr(), nullptr, nullptr});
   const Problem& p = plan.problem;
   std::vector<int64_t> problem = {p.rows, p.axis_size, p.axis_stride[kIn0], p.inner_size(), p.batch_rank};
   for (int d = 0; d < p.batch_rank; ++d) problem.push_back(p.batch_size[d]);

@@ -3,11 +3,12 @@
 //   describe()       tensors' shape/strides/dtypes -> Problem (coalesced)
 //   select()         Problem -> Plan, or Unsupported / InvalidProblem
 //   can_implement()  checks the concrete buffers against the plan
-//   workspace_size() bytes of scratch the plan needs (the split family's partials)
+//   workspace_size() bytes of scratch the plan needs (the split families' partials)
 //   run()            launches the plan (CUDA: on the current stream)
 //
-// Every op goes through these steps in this order (ops/ops.cpp). Nothing here
-// touches at::Tensor except describe(), so the kernels stay plain C++/CUDA.
+// Every op goes through these steps in this order (ops/ops.cpp). select(),
+// workspace_size() and run() ask the family registry (plan/registry.cpp).
+// Nothing here touches at::Tensor, so the kernels stay plain C++/CUDA.
 #pragma once
 
 #include "plan/problem.h"
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace softmax_ext {
 
@@ -36,33 +38,37 @@ struct Status {
   static Status invalid(std::string m) { return {StatusCode::kInvalidProblem, std::move(m)}; }
 };
 
-// Every kernel the dispatcher can pick. The stable, user-visible name is
-// kernel_family_name() + "." + dtype tag(s), e.g. "cuda.reference.f32".
-enum class KernelFamily : uint8_t {
-  kCpuLastDim,     // axis contiguous: one row at a time, Vectorized SIMD
-  kCpuInner,       // axis strided, contiguous inner run: SIMD across the inner dim
-  kCpuStrided,     // anything else: scalar gather along the axis
-  kCudaReference,  // one block per row, any strides, block reductions
-  kCudaWarp,       // contiguous short rows in a warp (or 1..16 lanes) of registers
-  kCudaRowTile,    // backward, short rows one after another: flat tiles through shared memory
-  kCudaBlock,      // contiguous rows in one block's registers
-  kCudaCluster,    // contiguous rows in a thread-block cluster's registers (sm_90+)
-  kCudaSplit,      // contiguous rows of any length: tiles, workspace, three kernels
-  kCudaSplitResident,  // split rows of which a group fits in L2: one cooperative kernel
-  kCudaStrided,    // strided axis with a contiguous inner run: column tiles
-  kCudaStridedSplit,  // strided axis of any length, inner run: chunks, workspace, three kernels
-};
+struct Family;  // plan/family.h: one kernel family of the registry
 
-const char* kernel_family_name(KernelFamily f, Direction d);
+// A family's launch geometry, computed once by select() and carried in the
+// Plan: bytes that only the family that planned reads, as its own
+// trivially copyable type (geometry_as<T>()).
+constexpr int kGeometryBytes = 96;
 
 struct Plan {
   Problem problem;
-  KernelFamily family = KernelFamily::kCpuStrided;
+  const Family* family = nullptr;
   std::string kernel;  // stable name, e.g. "cpu.lastdim.f32"
   c10::ScalarType accumulator = c10::ScalarType::Float;
   bool deterministic = true;  // same inputs -> bit-identical outputs
-  bool uses_atomics = false;
+  bool uses_atomics = false;  // some kernel of the family issues atomic operations
   int64_t workspace_bytes = 0;
+  // Backward: grad_output is first copied into grad_input's layout (the
+  // problem describes it so), where the layout it has would leave the
+  // problem to a slow family.
+  bool relayout_in0 = false;
+  alignas(8) unsigned char geometry[kGeometryBytes] = {};
+
+  template <typename T>
+  T& geometry_as() {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kGeometryBytes && alignof(T) <= 8);
+    return *reinterpret_cast<T*>(geometry);
+  }
+  template <typename T>
+  const T& geometry_as() const {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= kGeometryBytes && alignof(T) <= 8);
+    return *reinterpret_cast<const T*>(geometry);
+  }
 };
 
 // Raw pointers of one call, in the operand slots of problem.h.
@@ -75,11 +81,14 @@ struct Buffers {
 // Builds the coalesced descriptor. `strides` holds one stride list per
 // operand slot (unused slots may be empty); all share `sizes`. `axis` is
 // already wrapped to [0, sizes.size()) (0-dim tensors arrive as sizes {1}).
-// Fails with kUnsupported when the coalesced rank exceeds kMaxRank.
+// `bases` holds each operand's data pointer (nullptr: a new allocation, as
+// aligned as the caching allocator's); only their offsets from the
+// kBaseAlign grid are kept. Fails with kUnsupported when the coalesced rank
+// exceeds kMaxRank.
 Status describe(Kind kind, Direction direction, c10::DeviceType device,
                 c10::ScalarType in_dtype, c10::ScalarType out_dtype,
                 c10::IntArrayRef sizes, const c10::IntArrayRef (&strides)[kNumOperands],
-                int64_t axis, Problem& problem);
+                const void* const (&bases)[kNumOperands], int64_t axis, Problem& problem);
 
 Status select(const Problem& problem, Plan& plan);
 Status can_implement(const Plan& plan, const Buffers& buffers);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <sstream>
 #include <vector>
 
@@ -50,7 +51,7 @@ std::string Problem::to_string() const {
 Status describe(Kind kind, Direction direction, c10::DeviceType device,
                 c10::ScalarType in_dtype, c10::ScalarType out_dtype,
                 c10::IntArrayRef sizes, const c10::IntArrayRef (&strides)[kNumOperands],
-                int64_t axis, Problem& p) {
+                const void* const (&bases)[kNumOperands], int64_t axis, Problem& p) {
   p = Problem{};
   p.kind = kind;
   p.direction = direction;
@@ -66,6 +67,7 @@ Status describe(Kind kind, Direction direction, c10::DeviceType device,
     return strides[k].empty() ? 1 : strides[k][d];
   };
 
+  for (int k : slots) p.base_offset[k] = static_cast<int>(reinterpret_cast<uintptr_t>(bases[k]) % kBaseAlign);
   p.axis_size = sizes[axis];
   for (int k : slots) p.axis_stride[k] = used(k) ? stride_of(k, axis) : 0;
 
@@ -119,6 +121,37 @@ Status describe(Kind kind, Direction direction, c10::DeviceType device,
     p.rows *= merged_size[d];
   }
   return Status::success();
+}
+
+Problem with_in0_as_out(const Problem& p) {
+  Problem q = p;
+  q.axis_stride[kIn0] = p.axis_stride[kOut];
+  q.base_offset[kIn0] = 0;
+  for (int d = 0; d < p.batch_rank; ++d) q.batch_stride[kIn0][d] = p.batch_stride[kOut][d];
+  // The dims keep their order (the output's strides); merge the neighbours
+  // that every operand now steps over as one run, as describe() does.
+  int rank = 0;
+  for (int d = 0; d < p.batch_rank; ++d) {
+    if (rank > 0) {
+      bool mergeable = true;
+      for (int k = 0; k < kNumOperands; ++k)
+        if (q.batch_stride[k][rank - 1] != q.batch_stride[k][d] * q.batch_size[d]) mergeable = false;
+      if (mergeable) {
+        q.batch_size[rank - 1] *= q.batch_size[d];
+        for (int k = 0; k < kNumOperands; ++k) q.batch_stride[k][rank - 1] = q.batch_stride[k][d];
+        continue;
+      }
+    }
+    q.batch_size[rank] = q.batch_size[d];
+    for (int k = 0; k < kNumOperands; ++k) q.batch_stride[k][rank] = q.batch_stride[k][d];
+    ++rank;
+  }
+  for (int d = rank; d < p.batch_rank; ++d) {
+    q.batch_size[d] = 0;
+    for (int k = 0; k < kNumOperands; ++k) q.batch_stride[k][d] = 0;
+  }
+  q.batch_rank = rank;
+  return q;
 }
 
 }  // namespace softmax_ext

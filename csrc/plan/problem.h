@@ -1,5 +1,5 @@
-// The problem descriptor: everything a kernel choice depends on, with no
-// pointers. Built once per call by describe() (problem.cpp), shared by the CPU
+// The problem descriptor: everything a kernel choice and its launch
+// geometry depend on, with no pointers (only their offsets from a grid). Built once per call by describe() (problem.cpp), shared by the CPU
 // and CUDA paths, and read by select() to pick a kernel.
 //
 // Shapes are coalesced before they get here: size-1 dimensions are dropped,
@@ -22,6 +22,10 @@ constexpr int kMaxBatchRank = kMaxRank - 1;  // non-axis dimensions
 enum class Kind : uint8_t { Softmax, LogSoftmax };
 enum class Direction : uint8_t { Forward, Backward };
 
+// The largest alignment of a data pointer that a launch geometry depends on
+// (the row tile's 32-byte sectors).
+constexpr int kBaseAlign = 32;
+
 // Operand slots. Forward uses kIn0 = x and kOut = y; backward uses
 // kIn0 = grad_output (dy), kIn1 = output (y) and kOut = grad_input (dx).
 enum Operand : int { kIn0 = 0, kIn1 = 1, kOut = 2, kNumOperands = 3 };
@@ -43,6 +47,8 @@ struct Problem {
   int64_t batch_size[kMaxBatchRank] = {};   // outermost first
   int64_t batch_stride[kNumOperands][kMaxBatchRank] = {};
   int64_t rows = 1;                         // product of batch_size
+  // Each operand's data pointer's offset from the kBaseAlign-byte grid, in bytes.
+  int base_offset[kNumOperands] = {0, 0, 0};
 
   bool is_backward() const { return direction == Direction::Backward; }
   int num_inputs() const { return is_backward() ? 2 : 1; }
@@ -57,6 +63,10 @@ struct Problem {
                                                 : c10::ScalarType::Float;
   }
 
+  // Whether operand k's data pointer is a multiple of `align` bytes (a power
+  // of two up to kBaseAlign).
+  bool base_aligned(Operand k, int64_t align) const { return base_offset[k] % align == 0; }
+
   // True when every operand walks the axis with unit stride.
   bool axis_contiguous() const;
   // Length of the contiguous inner run when the axis is not the fastest
@@ -66,6 +76,10 @@ struct Problem {
 
   std::string to_string() const;
 };
+
+// The backward problem with grad_output (kIn0) in grad_input's layout, as a
+// new allocation: what a copy of grad_output into that layout runs.
+Problem with_in0_as_out(const Problem& p);
 
 // Short dtype tags used in kernel names: f16, bf16, f32, f64.
 const char* dtype_tag(c10::ScalarType t);

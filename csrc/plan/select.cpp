@@ -1,20 +1,18 @@
-// select(), can_implement() and workspace_size(): which kernel runs a
-// problem, and whether it can run on the concrete buffers.
+// select(), can_implement() and workspace_size(): which family runs a
+// problem (the first of the registry that plans it), and whether its plan
+// can run on the concrete buffers.
 
+#include "plan/family.h"
 #include "plan/plan.h"
-
-#ifdef SOFTMAX_EXT_WITH_CUDA
-#include "cuda/config.h"
-#include "cuda/launch.h"
-#endif
 
 #include <string>
 
 namespace softmax_ext {
 namespace {
 
-std::string kernel_name(KernelFamily family, const Problem& p) {
-  std::string name = kernel_family_name(family, p.direction);
+std::string kernel_name(const Family& family, const Problem& p) {
+  std::string name = family.name;
+  if (p.is_backward()) name += "_backward";
   name += '.';
   name += dtype_tag(p.in_dtype);
   if (p.out_dtype != p.in_dtype) {
@@ -24,66 +22,25 @@ std::string kernel_name(KernelFamily family, const Problem& p) {
   return name;
 }
 
-KernelFamily select_cpu(const Problem& p) {
-  if (p.axis_contiguous()) return KernelFamily::kCpuLastDim;
-  if (p.inner_size() > 1) return KernelFamily::kCpuInner;
-  return KernelFamily::kCpuStrided;
-}
-
-#ifdef SOFTMAX_EXT_WITH_CUDA
-// Contiguous rows by length: warp (f32, bf16 and f16 rows one after another
-// that are not a power of two: the row tile, backward; forward only f32 rows
-// that fill their lane group), block, cluster (sm_90+), then split (resident
-// where the GPU's blocks hold a row on chip). A strided axis with an inner
-// run goes to the strided family while a block or cluster holds it (up to
-// strided_reach), then to the strided split family.
-// The capacities are config.h's; other dtype= pairs and layouts run on the
-// reference kernel.
-KernelFamily select_cuda(const Problem& p) {
-  if (!cuda::has_fast_kernels(p.in_dtype, p.out_dtype)) return KernelFamily::kCudaReference;
-  const bool dbl = p.acc_dtype() == c10::ScalarType::Double;
-  const bool bw = p.is_backward();
-  const int max_cluster = cuda::max_cluster_size(p.device_index);
-  const int64_t n = p.axis_size;
-  const int64_t bytes = c10::elementSize(p.in_dtype);
-  if (p.axis_contiguous()) {
-    if (cuda::row_tile_takes(p)) return KernelFamily::kCudaRowTile;
-    if (n <= cuda::warp_capacity(dbl, bw)) return KernelFamily::kCudaWarp;
-    if (n <= cuda::block_capacity(dbl, bw, max_cluster > 1)) return KernelFamily::kCudaBlock;
-    if (max_cluster > 1 && n <= cuda::cluster_capacity(p.in_dtype, dbl, bw, max_cluster))
-      return KernelFamily::kCudaCluster;
-    return cuda::split_resident(p, cuda::shared_bytes_per_block(p.device_index, cuda::kResidentBlocksPerSM),
-                                cuda::sm_count(p.device_index))
-               ? KernelFamily::kCudaSplitResident
-               : KernelFamily::kCudaSplit;
+// The first family of the device that plans p.
+bool plan_with_registry(const Problem& p, const DeviceFacts* device, Plan& plan) {
+  for (const Family* family : families()) {
+    if (family->device != p.device_type) continue;
+    if (!family->takes(p, device)) continue;
+    plan = Plan{};
+    plan.problem = p;
+    if (family->plan != nullptr && p.numel() > 0) family->plan(p, device, plan);
+    plan.family = family;
+    plan.kernel = kernel_name(*family, p);
+    plan.accumulator = p.acc_dtype();
+    plan.deterministic = family->deterministic;
+    plan.uses_atomics = family->uses_atomics;
+    return true;
   }
-  if (p.inner_size() >= cuda::kStridedMinInner)
-    return n <= cuda::strided_reach(dbl, bw, bytes, max_cluster) ? KernelFamily::kCudaStrided
-                                                                   : KernelFamily::kCudaStridedSplit;
-  return KernelFamily::kCudaReference;
+  return false;
 }
-#endif
 
 }  // namespace
-
-const char* kernel_family_name(KernelFamily f, Direction d) {
-  const bool bw = d == Direction::Backward;
-  switch (f) {
-    case KernelFamily::kCpuLastDim: return bw ? "cpu.lastdim_backward" : "cpu.lastdim";
-    case KernelFamily::kCpuInner: return bw ? "cpu.inner_backward" : "cpu.inner";
-    case KernelFamily::kCpuStrided: return bw ? "cpu.strided_backward" : "cpu.strided";
-    case KernelFamily::kCudaReference: return bw ? "cuda.reference_backward" : "cuda.reference";
-    case KernelFamily::kCudaWarp: return bw ? "cuda.warp_backward" : "cuda.warp";
-    case KernelFamily::kCudaRowTile: return bw ? "cuda.row_tile_backward" : "cuda.row_tile";
-    case KernelFamily::kCudaBlock: return bw ? "cuda.block_backward" : "cuda.block";
-    case KernelFamily::kCudaCluster: return bw ? "cuda.cluster_backward" : "cuda.cluster";
-    case KernelFamily::kCudaSplit: return bw ? "cuda.split_backward" : "cuda.split";
-    case KernelFamily::kCudaSplitResident: return bw ? "cuda.split_resident_backward" : "cuda.split_resident";
-    case KernelFamily::kCudaStrided: return bw ? "cuda.strided_backward" : "cuda.strided";
-    case KernelFamily::kCudaStridedSplit: return bw ? "cuda.strided_split_backward" : "cuda.strided_split";
-  }
-  return "unknown";
-}
 
 Status select(const Problem& p, Plan& plan) {
   for (c10::ScalarType t : {p.in_dtype, p.out_dtype})
@@ -95,16 +52,13 @@ Status select(const Problem& p, Plan& plan) {
   if (p.rank() > kMaxRank)
     return Status::unsupported("effective rank above " + std::to_string(kMaxRank));
 
-  plan = Plan{};
-  plan.problem = p;
-  plan.accumulator = p.acc_dtype();
+  const DeviceFacts* device = nullptr;
   switch (p.device_type) {
     case c10::DeviceType::CPU:
-      plan.family = select_cpu(p);
       break;
     case c10::DeviceType::CUDA:
 #ifdef SOFTMAX_EXT_WITH_CUDA
-      plan.family = select_cuda(p);
+      device = &cuda::device_facts(p.device_index);
       break;
 #else
       return Status::unsupported(
@@ -114,10 +68,22 @@ Status select(const Problem& p, Plan& plan) {
       return Status::unsupported(std::string("device ") + c10::DeviceTypeName(p.device_type) +
                                  " is not supported; accepted: cpu, cuda");
   }
-  plan.kernel = kernel_name(plan.family, p);
-  plan.deterministic = true;
-  plan.uses_atomics = false;
-  plan.workspace_bytes = workspace_size(plan);
+  if (!plan_with_registry(p, device, plan))
+    return Status::unsupported("no kernel family takes " + p.to_string());
+  // A backward whose grad_output's layout leaves it to a family that reads
+  // a strided axis uncoalesced runs on grad_output copied into grad_input's
+  // layout where another family then takes it: the copy (one more read and
+  // write of grad_output, through shared-memory tiles) costs less.
+  if (p.is_backward() && plan.family->relayout_helps) {
+    const Problem relaid = with_in0_as_out(p);
+    bool differs = relaid.axis_stride[kIn0] != p.axis_stride[kIn0] || relaid.batch_rank != p.batch_rank;
+    for (int d = 0; d < p.batch_rank && !differs; ++d) differs = p.batch_stride[kIn0][d] != p.batch_stride[kOut][d];
+    Plan same;
+    if (differs && plan_with_registry(relaid, device, same) && same.family != plan.family) {
+      plan = same;
+      plan.relayout_in0 = true;
+    }
+  }
   return Status::success();
 }
 
@@ -125,17 +91,20 @@ Status can_implement(const Plan& plan, const Buffers& b) {
   if (plan.problem.numel() == 0) return Status::success();
   if (b.in0 == nullptr || b.out == nullptr || (plan.problem.is_backward() && b.in1 == nullptr))
     return Status::invalid("a tensor with elements has no data pointer");
-  return Status::success();
+  if (plan.family == nullptr) return Status::invalid("the plan names no kernel family");
+  const Problem& p = plan.problem;
+  const void* const bases[kNumOperands] = {b.in0, b.in1, b.out};
+  for (int k = 0; k < kNumOperands; ++k) {
+    if (k == kIn1 && !p.is_backward()) continue;
+    if (static_cast<int>(reinterpret_cast<uintptr_t>(bases[k]) % kBaseAlign) != p.base_offset[k])
+      return Status::invalid("operand " + std::to_string(k) + " sits " +
+                             std::to_string(reinterpret_cast<uintptr_t>(bases[k]) % kBaseAlign) +
+                             " bytes off the " + std::to_string(kBaseAlign) + "-byte grid, the plan assumed " +
+                             std::to_string(p.base_offset[k]));
+  }
+  return plan.family->can_implement != nullptr ? plan.family->can_implement(plan, b) : Status::success();
 }
 
-int64_t workspace_size(const Plan& plan) {
-#ifdef SOFTMAX_EXT_WITH_CUDA
-  if (plan.family == KernelFamily::kCudaSplit) return cuda::split_workspace_bytes(plan.problem);
-  if (plan.family == KernelFamily::kCudaSplitResident) return cuda::resident_workspace_bytes(plan.problem);
-  if (plan.family == KernelFamily::kCudaStridedSplit) return cuda::strided_split_workspace_bytes(plan.problem);
-#endif
-  (void)plan;
-  return 0;
-}
+int64_t workspace_size(const Plan& plan) { return plan.workspace_bytes; }
 
 }  // namespace softmax_ext

@@ -13,7 +13,7 @@
 #include "softmax_matmul/blocked.h"
 #include "softmax_matmul/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
-#include "softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/cuda_launch.h"
 #endif
 
 #include <ATen/ATen.h>

@@ -1,0 +1,118 @@
+// Launch utilities every family uses: a launch on the current stream with
+// its check, launches of clusters (ClusterLaunch), persistent grids (as many
+// blocks or clusters as the device runs at once: persistent_clusters), and
+// the grid-stride launch of a row or tile loop (launch_row_blocks).
+#pragma once
+
+#include "cuda/core/budget.h"
+#include "cuda/core/grid.h"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+namespace softmax_ext::cuda {
+
+// Launches kernel<<<grid, threads, smem_bytes>>> on the current stream and
+// checks the launch.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), unsigned int grid, int threads, int64_t smem_bytes, Args&&... args) {
+  kernel<<<grid, threads, static_cast<size_t>(smem_bytes), c10::cuda::getCurrentCUDAStream()>>>(
+      std::forward<Args>(args)...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// A launch configuration of `blocks` blocks of `threads` threads, grouped in
+// clusters of `cluster_size` along x when that is above 1. Not copyable: the
+// configuration points at its own attribute.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream, size_t smem_bytes = 0) {
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    if (cluster_size > 1) {
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = cluster_size;
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+    }
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// A cooperative launch (every block resident at once) of `blocks` blocks of
+// `threads` threads with `smem_bytes` of dynamic shared memory. Not
+// copyable: the configuration points at its own attribute.
+struct CooperativeLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  CooperativeLaunch(unsigned int blocks, int threads, int64_t smem_bytes, cudaStream_t stream) {
+    config.blockDim = dim3(threads);
+    config.gridDim = dim3(blocks);
+    config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeCooperative;
+    attribute.val.cooperative = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  CooperativeLaunch(const CooperativeLaunch&) = delete;
+  CooperativeLaunch& operator=(const CooperativeLaunch&) = delete;
+};
+
+// Readies `kernel` for a persistent launch of `config`'s shape (its cluster
+// attribute, block size and dynamic shared memory) on the current device,
+// setting the attributes that shape needs, and returns how many such
+// clusters (blocks, for a cluster of one) the device runs at once. Both
+// happen once per device, kernel and shape, not on every launch (launch.cu).
+int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
+
+// Dynamic shared memory a kernel takes without opting in to more
+// (cudaFuncAttributeMaxDynamicSharedMemorySize, which persistent launches
+// set).
+constexpr int64_t kDefaultSharedBytes = 48 * 1024;
+
+// The launch of a loop over rows (or tiles): blocks of `threads` threads,
+// in clusters of `cluster_size`, with `smem_bytes` of dynamic shared memory;
+// a persistent grid, or kMaxGridBlocks blocks (clusters) walking the rows,
+// or a block per row.
+struct BlockShape {
+  int threads;
+  int cluster_size;
+  int64_t smem_bytes = 0;   // dynamic shared memory per block
+  bool persistent = false;  // a grid of as many clusters as run at once
+  bool walks_rows = true;   // kMaxGridBlocks blocks (clusters), else a block per row
+};
+
+// Launches `kernel` on the current stream over `rows` rows, as clusters of
+// shape.cluster_size blocks when that is above 1, with shape.smem_bytes of
+// dynamic shared memory, and checks the launch.
+template <typename... Params, typename... Args>
+void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape, Args&&... args) {
+  const int c = shape.cluster_size;
+  TORCH_INTERNAL_ASSERT(shape.smem_bytes <= kDefaultSharedBytes || shape.persistent,
+                        "softmax_ext: dynamic shared memory beyond the default is set up by persistent launches");
+  const unsigned int blocks =
+      shape.walks_rows ? grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c : grid_for_each(rows);
+  ClusterLaunch launch(blocks, shape.threads, c, c10::cuda::getCurrentCUDAStream(),
+                       static_cast<size_t>(shape.smem_bytes));
+  if (shape.persistent) {
+    const int resident = persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
+    launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(rows, resident) * c);
+  } else if (c > kPortableClusterSize) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace softmax_ext::cuda

@@ -1,0 +1,390 @@
+// CUDA kernels of the fused cross-entropy: a block per row of vocabulary
+// size, streaming the row once with 16-byte vector loads (Pack, core/vector_io.cuh)
+// and four loads in flight per thread.
+//
+// Forward: an online max / exp-sum per thread (the sum rescaled only when a
+// pack raises the thread's max), then one block reduction of the (max, sum)
+// pairs (core/reduce.cuh: fixed order, no atomics). Thread 0 reads x[target] (an
+// L2 hit: the row was just read) and writes the row's lse (f32; f64 for f64)
+// and loss. mean / sum: the per-row losses go to a workspace and one block
+// of 1024 threads sums them, and the non-ignored targets' weights, in a fixed
+// order: deterministic, and the divisor never leaves the device (no host
+// synchronisation; CUDA-graph capture works).
+//
+// Backward: one read of the row and one write of the gradient (or over the
+// logits, in place): s * [a * exp(x - lse) - c * w_c] - [c == t] * s * b,
+// computed in f32 before the one rounding, so the true class's p - 1 keeps
+// its value for confident predictions. Ignored rows are written as zeros
+// without reading the logits.
+//
+// Out-of-range targets are a device-side assert, as in torch's own CUDA
+// nll_loss.
+
+#include "cross_entropy/plan.h"
+#include "cuda/core/dispatch.cuh"
+#include "cuda/core/grid.h"
+#include "cuda/core/reduce.cuh"
+#include "cuda/core/vector_io.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/macros/Macros.h>
+
+namespace softmax_ext::ce {
+namespace {
+
+using cuda::acc_type;
+using cuda::kPack;
+using cuda::NanMax;
+using cuda::Pack;
+
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+
+template <typename T>
+struct Row {
+  int head;        // elements before the first 16-byte boundary
+  int64_t packs;   // whole packs after it
+  int64_t body_end;
+};
+
+template <typename T>
+__device__ __forceinline__ Row<T> split_row(const T* p, int64_t n) {
+  constexpr int P = kPack<T>;
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int64_t head = static_cast<int64_t>((cuda::kVectorBytes - address % cuda::kVectorBytes) % cuda::kVectorBytes /
+                                      sizeof(T));
+  if (head > n) head = n;
+  const int64_t packs = (n - head) / P;
+  return {static_cast<int>(head), packs, head + packs * P};
+}
+
+__device__ __forceinline__ int64_t load_target(const int64_t* t64, const int32_t* t32, int64_t row) {
+  return t32 != nullptr ? static_cast<int64_t>(t32[row]) : t64[row];
+}
+
+template <typename T>
+struct ForwardArgs {
+  using acc_t = acc_type<T>;
+  const T* logits;
+  const int64_t* target64;
+  const int32_t* target32;
+  const acc_t* weight;      // null: all ones
+  const acc_t* weight_sum;  // W, with smoothing and a weight
+  T* loss_none;             // reduction "none"
+  acc_t* row_loss;          // mean / sum
+  acc_t* lse;
+  int64_t rows, classes, row_stride, ignore_index;
+  acc_t eps, eps_c;
+};
+
+// The online (max, sum) of one thread: a chunk of values at a time, so the
+// running sum is rescaled at most once a chunk. The chunk's values are read
+// twice (max, then exp) and converted each time, which costs less than
+// holding them all in float32 registers.
+template <typename T>
+struct Online {
+  using acc_t = acc_type<T>;
+  using Exp = cuda::exp_policy_t<T>;
+  acc_t m = cuda::neg_infinity<acc_t>();
+  acc_t s = 0;
+  // The first `live` of the U packs pk (live = U for every full chunk).
+  template <int U, int P>
+  __device__ __forceinline__ void add(const Pack<T, P> (&pk)[U], int live = U) {
+    acc_t cm = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < live) {
+#pragma unroll
+        for (int e = 0; e < P; ++e) cm = NanMax{}(cm, cuda::convert<acc_t>(pk[u].v[e]));
+      }
+    if (cm != m) {  // a larger max (or NaN): rescale what is summed so far
+      s = s * Exp::exp(m - cm);
+      m = cm;
+    }
+    if (m == cuda::neg_infinity<acc_t>()) return;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < live) {
+#pragma unroll
+        for (int e = 0; e < P; ++e) s += Exp::exp(cuda::convert<acc_t>(pk[u].v[e]) - m);
+      }
+  }
+};
+
+template <typename T, int kThreads, bool kSmooth>
+__global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
+  using acc_t = acc_type<T>;
+  constexpr int P = kPack<T>;
+  __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
+  __shared__ acc_t scratch_s[cuda::kWarpSize];
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t t = load_target(a.target64, a.target32, row);
+    if (t == a.ignore_index) {
+      if (threadIdx.x == 0) {
+        a.lse[row] = 0;
+        if (a.loss_none != nullptr) a.loss_none[row] = T(0.0f);
+        else a.row_loss[row] = 0;
+      }
+      continue;
+    }
+    CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
+    const T* x = a.logits + row * a.row_stride;
+    // Thread 0's target logit, loaded first so it lands while the row streams.
+    const acc_t xt = threadIdx.x == 0 ? cuda::convert<acc_t>(x[t]) : acc_t(0);
+    const Row<T> r = split_row(x, a.classes);
+    Online<T> on;
+    acc_t sx = 0;
+    auto smooth_term = [&](acc_t v, int64_t j) {
+      if constexpr (kSmooth) sx += a.weight != nullptr ? a.weight[j] * v : v;
+    };
+    // Scalar head and tail (fewer than a pack each).
+    {
+      const int64_t tail = a.classes - r.body_end;
+      int64_t j = -1;
+      if (threadIdx.x < r.head) j = threadIdx.x;
+      else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
+      if (j >= 0) {
+        Pack<T, 1> one[1];
+        one[0].v[0] = x[j];
+        on.add(one);
+        smooth_term(cuda::convert<acc_t>(x[j]), j);
+      }
+    }
+    // The body: kUnroll packs in flight per thread, folded in as one chunk.
+    const T* body = x + r.head;
+    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+      // packs of this chunk in range (every one but in the row's last chunk)
+      const int live = static_cast<int>(min(int64_t{kUnroll}, (r.packs - k0 + kThreads - 1) / kThreads));
+      Pack<T, P> pk[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
+      on.add(pk, live);
+      if constexpr (kSmooth) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (u < live) {
+#pragma unroll
+            for (int e = 0; e < P; ++e)
+              smooth_term(cuda::convert<acc_t>(pk[u].v[e]), r.head + (k0 + int64_t{u} * kThreads) * P + e);
+          }
+      }
+    }
+    const cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
+                                                             cuda::empty_stats<acc_t>(), scratch_ms);
+    if constexpr (kSmooth) sx = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
+    if (threadIdx.x == 0) {
+      const acc_t lse = stats.max + cuda::acc_log(stats.sum);
+      const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
+      acc_t loss = (1 - a.eps) * wt * (lse - xt);
+      if constexpr (kSmooth) {
+        const acc_t W = a.weight != nullptr ? *a.weight_sum : static_cast<acc_t>(a.classes);
+        loss += a.eps_c * (W * lse - sx);
+      }
+      a.lse[row] = lse;
+      if (a.loss_none != nullptr) a.loss_none[row] = cuda::convert<T>(loss);
+      else a.row_loss[row] = loss;
+    }
+  }
+}
+
+// One block: the non-ignored targets' total weight and (mean / sum) the sum of the
+// per-row losses, each thread over a fixed stride of rows, then a fixed-order block reduction.
+template <typename T>
+__global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* total_weight,
+                                                         bool mean) {
+  using acc_t = acc_type<T>;
+  acc_t tw = 0, sum = 0;
+  for (int64_t row = threadIdx.x; row < a.rows; row += 1024) {
+    const int64_t t = load_target(a.target64, a.target32, row);
+    if (t == a.ignore_index) continue;
+    tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
+    if (a.row_loss != nullptr) sum += a.row_loss[row];
+  }
+  __shared__ acc_t scratch[cuda::kWarpSize];
+  tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
+  sum = cuda::block_all_reduce(sum, cuda::Sum{}, acc_t(0), scratch);
+  if (threadIdx.x == 0) {
+    *total_weight = tw;
+    if (a.row_loss != nullptr) *loss = cuda::convert<T>(mean ? sum / tw : sum);
+  }
+}
+
+template <typename T>
+struct BackwardArgs {
+  using acc_t = acc_type<T>;
+  const T* logits;
+  T* grad;
+  const int64_t* target64;
+  const int32_t* target32;
+  const acc_t* weight;
+  const acc_t* weight_sum;
+  const acc_t* grad_loss;
+  const acc_t* lse;
+  const acc_t* total_weight;
+  int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
+  acc_t eps, eps_c;
+  bool none, mean;
+};
+
+template <typename T>
+__device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
+  constexpr int P = kPack<T>;
+  const Row<T> r = split_row(g, n);
+  for (int64_t j = threadIdx.x; j < r.head; j += threads) g[j] = T(0.0f);
+  for (int64_t j = r.body_end + threadIdx.x; j < n; j += threads) g[j] = T(0.0f);
+  Pack<T, P> z;
+#pragma unroll
+  for (int e = 0; e < P; ++e) z.v[e] = T(0.0f);
+  for (int64_t k = threadIdx.x; k < r.packs; k += threads) z.store(g + r.head + k * P);
+}
+
+template <typename T, int kThreads, bool kWeighted>
+__global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a) {
+  using acc_t = acc_type<T>;
+  using Exp = cuda::exp_policy_t<T>;
+  constexpr int P = kPack<T>;
+  acc_t scale = 0;
+  if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
+  const acc_t W = kWeighted ? (a.weight_sum != nullptr ? *a.weight_sum : acc_t(0)) : static_cast<acc_t>(a.classes);
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const int64_t t = load_target(a.target64, a.target32, row);
+    T* g = a.grad + row * a.grad_row_stride;
+    if (t == a.ignore_index) {
+      zero_row(g, a.classes, kThreads);
+      continue;
+    }
+    CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
+    const T* x = a.logits + row * a.row_stride;
+    const acc_t s = a.none ? a.grad_loss[row] : scale;
+    const acc_t wt = kWeighted ? a.weight[t] : acc_t(1);
+    const acc_t ca = s * ((1 - a.eps) * wt + a.eps_c * W);  // of p_c
+    const acc_t cc = s * a.eps_c;                            // of w_c
+    const acc_t cb = s * (1 - a.eps) * wt;                   // at c == t
+    const acc_t lse = a.lse[row];
+    auto value = [&](acc_t v, int64_t j) {
+      acc_t d = ca * Exp::exp(v - lse) - cc * (kWeighted ? a.weight[j] : acc_t(1));
+      return j == t ? d - cb : d;
+    };
+    const bool same_shift = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(g)) % cuda::kVectorBytes == 0;
+    if (!same_shift) {  // the two rows sit differently against 16 bytes
+      for (int64_t j = threadIdx.x; j < a.classes; j += kThreads) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
+      continue;
+    }
+    const Row<T> r = split_row(x, a.classes);
+    {
+      const int64_t tail = a.classes - r.body_end;
+      int64_t j = -1;
+      if (threadIdx.x < r.head) j = threadIdx.x;
+      else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
+      if (j >= 0) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
+    }
+    const T* xb = x + r.head;
+    T* gb = g + r.head;
+    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+      Pack<T, P> pk[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = k0 + int64_t{u} * kThreads;
+        if (k < r.packs) pk[u].load(xb + k * P);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k = k0 + int64_t{u} * kThreads;
+        if (k < r.packs) {
+          Pack<T, P> out;
+#pragma unroll
+          for (int e = 0; e < P; ++e)
+            out.v[e] = cuda::convert<T>(value(cuda::convert<acc_t>(pk[u].v[e]), r.head + k * P + e));
+          out.store(gb + k * P);
+        }
+      }
+    }
+  }
+}
+
+template <typename F>
+void dispatch_dtype(c10::ScalarType t, F&& f) {
+  cuda::dispatch_floating_type(t, "softmax_ext.cross_entropy", [&](auto tag) { f(tag); });
+}
+
+template <typename F>
+void dispatch_threads(int threads, F&& f) {
+  if (threads == 512) f(std::integral_constant<int, 512>{});
+  else if (threads == 256) f(std::integral_constant<int, 256>{});
+  else f(std::integral_constant<int, 128>{});
+}
+
+}  // namespace
+
+void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
+  const CeProblem& p = plan.problem;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(p.device_index);
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using acc_t = acc_type<T>;
+    ForwardArgs<T> a;
+    a.logits = static_cast<const T*>(b.logits);
+    a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
+    a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
+    a.weight = static_cast<const acc_t*>(b.weight);
+    a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+    const bool none = p.reduction == Reduction::None;
+    a.loss_none = none ? static_cast<T*>(b.loss) : nullptr;
+    a.row_loss = none ? nullptr : static_cast<acc_t*>(workspace);
+    a.lse = static_cast<acc_t*>(b.lse);
+    a.rows = p.rows;
+    a.classes = p.classes;
+    a.row_stride = p.row_stride;
+    a.ignore_index = p.ignore_index;
+    a.eps = static_cast<acc_t>(p.smoothing);
+    a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
+    dispatch_threads(plan.threads, [&](auto threads) {
+      cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
+        ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value>
+            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+    ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, static_cast<T*>(b.loss), static_cast<acc_t*>(b.total_weight),
+                                                p.reduction == Reduction::Mean);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+}
+
+void cuda_backward(const CePlan& plan, const CeBuffers& b) {
+  const CeProblem& p = plan.problem;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(p.device_index);
+  dispatch_dtype(p.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using acc_t = acc_type<T>;
+    BackwardArgs<T> a;
+    a.logits = static_cast<const T*>(b.logits);
+    a.grad = static_cast<T*>(b.grad);
+    a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
+    a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
+    a.weight = static_cast<const acc_t*>(b.weight);
+    a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+    a.grad_loss = static_cast<const acc_t*>(b.grad_loss);
+    a.lse = static_cast<const acc_t*>(b.lse);
+    a.total_weight = static_cast<const acc_t*>(b.total_weight);
+    a.rows = p.rows;
+    a.classes = p.classes;
+    a.row_stride = p.row_stride;
+    a.grad_row_stride = p.grad_row_stride;
+    a.ignore_index = p.ignore_index;
+    a.eps = static_cast<acc_t>(p.smoothing);
+    a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
+    a.none = p.reduction == Reduction::None;
+    a.mean = p.reduction == Reduction::Mean;
+    dispatch_threads(plan.threads, [&](auto threads) {
+      cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
+        ce_backward_kernel<T, decltype(threads)::value, decltype(weighted)::value>
+            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    });
+  });
+}
+
+}  // namespace softmax_ext::ce

@@ -1,0 +1,404 @@
+// softmax_matmul backward for Hopper (sm_90a), bf16 and f16: three kernels,
+// deterministic (every output element has one owner, no atomics), no (d1, d2)
+// intermediate beyond dX itself.
+//
+//   D  = rowsum(dO * O)              (f32, (batch, d1): one warp per row)
+//   dX = P * (dO V^T - D)            smm_bwd_dx_kernel: a GEMM over K = d3 with
+//        P = exp(x - lse)            the softmax-backward epilogue; CTA = 128 rows
+//                                    of d1 x BN columns of d2; A = dO (ldmatrix
+//                                    from 128-byte-swizzled shared memory into
+//                                    registers), B = V rows, K-major.
+//   dV = P^T dO                      smm_bwd_dv_kernel: CTA = 128 rows of d2 x BN
+//                                    columns of d3, loop over d1 in tiles of 64
+//                                    (the forward kernel with the roles turned:
+//                                    P^T from x by ldmatrix.trans, exp(x - lse)
+//                                    in registers as the A operand while the
+//                                    previous tile's wgmma runs, B = dO N-major).
+//
+// Both kernels: 2 warpgroups, cp.async pipelines with zero fill at the tails,
+// wgmma (sm90_common.cuh). The plan takes them for 16-byte aligned rows with
+// d2 and d3 multiples of 8 (plan.cpp).
+#include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+namespace softmax_ext::smm::cuda {
+namespace sm90 {
+
+constexpr int kThreads = 256;
+
+// ---------------------------------------------------------------------------
+// D = rowsum(dO * O), f32.
+template <typename T>
+__global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t rows, int64_t d3) {
+  const int64_t row = blockIdx.x * int64_t{8} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* g = go + row * d3;
+  const T* p = o + row * d3;
+  float s = 0.f;
+  if (d3 % 8 == 0) {
+    for (int64_t c = 8 * lane; c < d3; c += 256) {
+      const uint4 a = *reinterpret_cast<const uint4*>(g + c), b = *reinterpret_cast<const uint4*>(p + c);
+      const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float2 fa, fb;
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&aw[e]));
+          fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bw[e]));
+        } else {
+          fa = __half22float2(*reinterpret_cast<const __half2*>(&aw[e]));
+          fb = __half22float2(*reinterpret_cast<const __half2*>(&bw[e]));
+        }
+        s = fmaf(fa.x, fb.x, s);
+        s = fmaf(fa.y, fb.y, s);
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < d3; c += 32) {
+      float fa, fb;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        fa = __bfloat162float(g[c]);
+        fb = __bfloat162float(p[c]);
+      } else {
+        fa = __half2float(g[c]);
+        fb = __half2float(p[c]);
+      }
+      s = fmaf(fa, fb, s);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) D[row] = s;
+}
+
+// ---------------------------------------------------------------------------
+// dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of 64.
+constexpr int kDxStages = 3;
+
+template <int BN>
+struct DxCfg {
+  static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x 64 columns (d3), K-major
+  static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x 64 columns
+  static constexpr int kStageBytes = kVBytes + kOBytes;
+  static constexpr int kSmem = kDxStages * kStageBytes + 1024;
+};
+
+#ifdef SMM_SM90A_DEVICE
+template <typename T, int BN>
+__device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const T* vb, const T* gb, int64_t row0,
+                                        int64_t n0, int64_t k0) {
+  // V rows n0.., columns k0..k0+63; dO rows row0.., columns k0..k0+63
+  load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
+  load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
+}
+#endif
+
+template <typename T, int BN>
+__global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel(BwdArgs a, int64_t batch0) {
+#ifdef SMM_SM90A_DEVICE
+  using C = DxCfg<BN>;
+  constexpr int kS = kDxStages;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t nblocks_n = (a.d2 + BN - 1) / BN;
+  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
+  const int64_t b = batch0 + blockIdx.y;
+  const int64_t n0 = nb * BN, row0 = mb * 128;
+  const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
+  const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
+  const int nk = static_cast<int>((a.d3 + 63) / 64);
+
+  const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int lane_r7 = lr & 7, lane_hi = lane >> 4;
+  const uint32_t o_lane = C::kVBytes + lr * 128;
+  const uint64_t desc_base = desc_kmajor();
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  uint32_t fa[4][4], fb[4][4];
+
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (s < nk) dx_load<T, BN>(smem + s * C::kStageBytes, a, vb, gb, row0, n0, int64_t{s} * 64);
+    cp_async_commit();
+  }
+  cp_async_wait<kS - 2>();
+  fence_proxy_async();
+  __syncthreads();
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(fa[kb], smem + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * C::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, 0>(acc, fa[kb], desc_base | ((stage + kb * 32) >> 4));
+    wgmma_commit();
+    if (kt + 1 < nk) {
+      cp_async_wait<kS - 3>();
+      fence_proxy_async();
+      __syncthreads();
+      const int kn = kt + kS - 1;
+      if (kn < nk)
+        dx_load<T, BN>(smem + static_cast<uint32_t>(kn % kS) * C::kStageBytes, a, vb, gb, row0, n0, int64_t{kn} * 64);
+      cp_async_commit();
+      const uint32_t next = smem + static_cast<uint32_t>((kt + 1) % kS) * C::kStageBytes;
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(fb[kb], next + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_reg(fa[kb][e]);
+    if (kt + 1 < nk) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) fa[kb][e] = fb[kb][e];
+    }
+  }
+
+  // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
+  T* dxb = static_cast<T*>(a.dx) + b * a.d1 * a.d2;
+  const int64_t r0 = row0 + 16 * warp + g;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + 8 * h;
+    if (row >= a.d1) continue;
+    const float nl = -a.lse[b * a.d1 + row] * kLog2e;
+    const float dd = a.delta[b * a.d1 + row];
+    const T* xr = xb + row * a.x_row_stride;
+    T* dr = dxb + row * a.d2;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int64_t col = n0 + 8 * j + 2 * t;
+      if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
+      const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
+      const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+      *reinterpret_cast<uint32_t*>(dr + col) =
+          pack<T>(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// dV: CTA = 128 rows of d2 x BN columns of d3; K = d1 in tiles of 64.
+constexpr int kDvStages = 4;
+
+template <int BN>
+struct DvCfg {
+  static constexpr int kOBytes = 64 * BN * 2;     // dO: 64 rows (d1) x BN columns, N-major blocks of 8 KiB
+  static constexpr int kXBytes = 64 * 128 * 2;    // x: 64 rows (d1) x 128 columns (d2): two 8 KiB halves
+  static constexpr int kLBytes = 1024;            // lse of the 64 rows (256 bytes used)
+  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes;
+  static constexpr int kSmem = kDvStages * kStageBytes + 1024;
+};
+
+#ifdef SMM_SM90A_DEVICE
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+template <typename T, int BN>
+__device__ __forceinline__ void dv_load(uint32_t stage, const BwdArgs& a, const T* xb, const T* gb,
+                                        const float* lb, int64_t m0, int64_t n0, int64_t k0) {
+  const int tid = threadIdx.x;
+  // dO rows k0.., columns n0..; x rows k0.., columns m0..m0+127
+  load_swizzled_tile<T, 64, BN / 8, kThreads>(stage, gb, a.d3, k0, n0, a.d1, a.d3);
+  load_swizzled_tile<T, 64, 16, kThreads>(stage + DvCfg<BN>::kOBytes, xb, a.x_row_stride, k0, m0, a.d1, a.d2);
+  if (tid < 64) {
+    const uint32_t dst = stage + DvCfg<BN>::kOBytes + DvCfg<BN>::kXBytes + tid * 4;
+    const int64_t k = k0 + tid;
+    cp_async4(dst, k < a.d1 ? lb + k : lb, k < a.d1 ? 4 : 0);
+  }
+}
+
+#endif
+
+template <typename T, int BN>
+__global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int64_t batch0) {
+#ifdef SMM_SM90A_DEVICE
+  using C = DvCfg<BN>;
+  constexpr int kS = kDvStages;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, w = warp & 3;
+  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
+  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
+  const int64_t b = batch0 + blockIdx.y;
+  const int64_t n0 = nb * BN, m0 = mb * 128;
+  const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
+  const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
+  const float* lb = a.lse + b * a.d1;
+  const int nk = static_cast<int>((a.d1 + 63) / 64);
+
+  // ldmatrix.trans lanes: matrix q = lane / 8 (m offset 8 (q & 1), k offset
+  // 8 (q >> 1)), row i = lane % 8 of it; this warp's 16 columns of its
+  // warpgroup's 64-column half of the x tile (chunks 2w, 2w + 1).
+  const int lane_q = lane >> 3, lane_i = lane & 7;
+  const uint32_t xs_lane_off = C::kOBytes + wg * (64 * 128);
+  const int chunk0 = 2 * w;
+  const uint32_t ls_off = C::kOBytes + C::kXBytes + 2 * t * 4;
+  const uint64_t desc_base = desc_nmajor(64 * 128);
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  uint32_t pa[4][4], pb[4][4];
+
+  // dv_p with this warp's chunk: fold chunk0 into the lane's XOR below.
+  auto p_of = [&](uint32_t (&p)[4][4], uint32_t stage) {
+    constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      const int k = 16 * kb + 8 * (lane_q >> 1) + lane_i;
+      ldmatrix_x4_trans(p[kb], stage + xs_lane_off + k * 128 + (((chunk0 + (lane_q & 1)) ^ lane_i) << 4));
+    }
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float l0, l1;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                     : "=f"(l0), "=f"(l1)
+                     : "r"(stage + ls_off + (16 * kb + 8 * hf) * 4));
+        const float q0 = -l0 * kLog2e, q1 = -l1 * kLog2e;
+#pragma unroll
+        for (int mh = 0; mh < 2; ++mh) {
+          const float2 xv = unpack<T>(p[kb][2 * hf + mh]);
+          p[kb][2 * hf + mh] = pack<T>(ex2(fmaf(xv.x, kLog2e, q0)), ex2(fmaf(xv.y, kLog2e, q1)));
+        }
+      }
+  };
+
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (s < nk) dv_load<T, BN>(smem + s * C::kStageBytes, a, xb, gb, lb, m0, n0, int64_t{s} * 64);
+    cp_async_commit();
+  }
+  cp_async_wait<kS - 2>();
+  fence_proxy_async();
+  __syncthreads();
+  p_of(pa, smem);
+
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * C::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, 1>(acc, pa[kb], desc_base | ((stage + kb * 2048) >> 4));
+    wgmma_commit();
+    if (kt + 1 < nk) {
+      cp_async_wait<kS - 3>();
+      fence_proxy_async();
+      __syncthreads();
+      const int kn = kt + kS - 1;
+      if (kn < nk)
+        dv_load<T, BN>(smem + static_cast<uint32_t>(kn % kS) * C::kStageBytes, a, xb, gb, lb, m0, n0,
+                       int64_t{kn} * 64);
+      cp_async_commit();
+      p_of(pb, smem + static_cast<uint32_t>((kt + 1) % kS) * C::kStageBytes);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
+    if (kt + 1 < nk) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
+    }
+  }
+
+  // Epilogue: dV rows m0 + 64 wg + 16 w + g (+ 8), contiguous (batch, d2, d3).
+  T* dvb = static_cast<T*>(a.dv) + b * a.d2 * a.d3;
+  const int64_t r0 = m0 + 64 * wg + 16 * w + g;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * t;
+    if (col >= a.d3) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = r0 + 8 * h;
+      if (row >= a.d2) continue;
+      *reinterpret_cast<uint32_t*>(dvb + row * a.d3 + col) = pack<T>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+template <typename T>
+void backward(const BwdArgs& a, int bn_dv) {
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t rows = a.batch * a.d1;
+  smm_bwd_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+      static_cast<const T*>(a.go), static_cast<const T*>(a.out), a.delta, rows, a.d3);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
+  // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
+  auto dx = [&](auto bn_tag) {
+    constexpr int BN = decltype(bn_tag)::value;
+    auto* kernel = &smm_bwd_dx_kernel<T, BN>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DxCfg<BN>::kSmem));
+    const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
+    for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+      kernel<<<grid, kThreads, DxCfg<BN>::kSmem, stream>>>(a, b0);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  };
+  const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
+  if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{});
+  else dx(std::integral_constant<int, 128>{});
+  auto dv = [&](auto bn_tag) {
+    constexpr int BN = decltype(bn_tag)::value;
+    auto* kernel = &smm_bwd_dv_kernel<T, BN>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DvCfg<BN>::kSmem));
+    const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
+    for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+      kernel<<<grid, kThreads, DvCfg<BN>::kSmem, stream>>>(a, b0);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+  };
+  if (bn_dv == 64) dv(std::integral_constant<int, 64>{});
+  else if (bn_dv == 128) dv(std::integral_constant<int, 128>{});
+  else dv(std::integral_constant<int, 256>{});
+}
+
+}  // namespace sm90
+
+void backward_sm90_bf16(const BwdArgs& a, int bn) { sm90::backward<__nv_bfloat16>(a, bn); }
+void backward_sm90_f16(const BwdArgs& a, int bn) { sm90::backward<__half>(a, bn); }
+
+}  // namespace softmax_ext::smm::cuda

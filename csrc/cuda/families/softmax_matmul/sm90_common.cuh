@@ -1,0 +1,129 @@
+// Device helpers of the sm_90a softmax_matmul kernels (sm90.cu: forward,
+// sm90_backward.cu: dX and dV): cp.async with zero fill, ldmatrix, the wgmma
+// fences and waits, ex2, 16-bit pack/unpack, and the wgmma wrappers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SMM_SM90A_DEVICE 1
+#include "cuda/families/softmax_matmul/wgmma_ops.cuh"
+#endif
+
+namespace softmax_ext::smm::cuda::sm90 {
+
+#ifdef SMM_SM90A_DEVICE
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_reg(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <typename T>
+__device__ __forceinline__ float2 unpack(uint32_t u) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+  } else {
+    __half2 h = *reinterpret_cast<__half2*>(&u);
+    return __half22float2(h);
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  } else {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// D (64 x BN, f32) += A (64 x 16, registers) * B (16 x BN, shared memory;
+// TB = 1: N-major, 0: K-major).
+template <typename T, int BN, int TB = 1>
+__device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc) {
+  constexpr bool kB = std::is_same_v<T, __nv_bfloat16>;
+#define SMM_WGMMA_CASE(N)                                                     \
+  if constexpr (BN == N) {                                                    \
+    if constexpr (kB && TB == 1) wgmma_rs_n##N##_bf16_t1(d, a, desc);         \
+    else if constexpr (kB) wgmma_rs_n##N##_bf16_t0(d, a, desc);               \
+    else if constexpr (TB == 1) wgmma_rs_n##N##_f16_t1(d, a, desc);           \
+    else wgmma_rs_n##N##_f16_t0(d, a, desc);                                  \
+  }
+  SMM_WGMMA_CASE(64)
+  SMM_WGMMA_CASE(128)
+  SMM_WGMMA_CASE(256)
+#undef SMM_WGMMA_CASE
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(addr));
+}
+
+// Matrix descriptors, SWIZZLE_128B (tiles of 128-byte rows, 16-byte chunk c
+// of row r stored at c ^ (r % 8), 1 KiB aligned):
+//   N-major B (rows of K, N contiguous; 64-column blocks of `block_bytes`):
+//     LBO = block_bytes (between 64-column blocks), SBO = 1 KiB (8 rows of K);
+//   K-major B (rows of N, K contiguous, 64 K per row): SBO = 1 KiB (8 rows
+//     of N), LBO unused (1).
+__device__ __forceinline__ uint64_t desc_nmajor(uint32_t block_bytes) {
+  return (uint64_t{1} << 62) | (uint64_t{block_bytes >> 4} << 16) | (uint64_t{1024 >> 4} << 32);
+}
+__device__ __forceinline__ uint64_t desc_kmajor() {
+  return (uint64_t{1} << 62) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32);
+}
+// A tile of ROWS rows x CHUNKS 16-byte chunks (8 16-bit elements each) of a
+// row-major matrix in global memory -- rows row0.., columns col0.., row
+// stride ld; rows past rows_end and columns past cols_end read as zeros --
+// into shared memory at `base` by THREADS threads with cp.async: panels of
+// 64 columns, each ROWS rows of 128 bytes, a row's chunks XOR-swizzled by
+// the row (the 128-byte swizzle that ldmatrix and the wgmma descriptors read).
+template <typename T, int ROWS, int CHUNKS, int THREADS>
+__device__ __forceinline__ void load_swizzled_tile(uint32_t base, const T* g, int64_t ld, int64_t row0,
+                                                   int64_t col0, int64_t rows_end, int64_t cols_end) {
+  static_assert(ROWS * CHUNKS % THREADS == 0, "every thread loads the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < ROWS * CHUNKS / THREADS; ++i) {
+    const uint32_t id = threadIdx.x + i * THREADS;  // unsigned: / and % are shifts and masks
+    const uint32_t r = id / CHUNKS, c = id % CHUNKS;
+    const uint32_t dst = base + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    const int64_t row = row0 + r, col = col0 + 8 * c;
+    int bytes = 0;
+    const T* src = g;
+    if (row < rows_end && col < cols_end) {
+      bytes = cols_end - col >= 8 ? 16 : static_cast<int>(cols_end - col) * 2;
+      src = g + row * ld + col;
+    }
+    cp_async16(dst, src, bytes);
+  }
+}
+
+#endif  // SMM_SM90A_DEVICE
+
+}  // namespace softmax_ext::smm::cuda::sm90

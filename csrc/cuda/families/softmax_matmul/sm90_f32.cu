@@ -1,0 +1,379 @@
+// softmax_matmul forward for Hopper (sm_90a), float32: TF32 wgmma (TF32
+// allowed) or the 3xTF32 split (float32-accurate), P from registers.
+//
+// wgmma takes TF32 operands only K-major, and V (d2, d3) is N-major. So each V
+// tile goes global -> shared (cp.async, row-major "staging", 3 stages) ->
+// shared in the K-major 128-byte-swizzled layout (a transposing pass by all
+// threads: 4 scalar loads, one 16-byte store; the TF32 rounding of V, and for
+// 3xTF32 its big / small split, ride along), double-buffered. The x tile is
+// staged beside V (cp.async, 128-byte swizzled rows); each thread reads its two
+// rows' 8 contiguous columns of the 32-column tile (two 16-byte loads); the k
+// order inside the tile is permuted so that those 8 columns are exactly the
+// thread's A-fragment elements of the four k8 steps (logical k = 8s + t is
+// column 8t + 2s, k = 8s + t + 4 is column 8t + 2s + 1), and the transposing
+// pass puts V's rows in the same order (chunk c of a K-major row holds V rows
+// c, c + 8, c + 16, c + 24), which leaves P.V unchanged.
+//
+// CTA = 2 warpgroups = 128 rows of d1 x BN columns of d3 (TF32: 256, the
+// exponentials amortised over 512 flops each; 3xTF32: 128 with a second
+// accumulator: each tile's three products are summed by the tensor cores
+// into a zeroed accumulator and added to the running one with f32 adds, so
+// the tensor cores' own accumulation covers one tile only). Online softmax
+// with the lazy rescale of sm90.cu (3xTF32: expf instead of ex2.approx).
+#include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace softmax_ext::smm::cuda {
+namespace sm90 {
+
+constexpr int kF32Threads = 256;
+constexpr int kF32Stages = 3;
+
+template <int BN, bool SPLIT>
+struct F32Cfg {
+  static constexpr int kVStagingBytes = 32 * BN * 4;           // 32 rows of V x BN columns, row-major
+  static constexpr int kStagingBytes = kVStagingBytes + 128 * 128;  // + x: 128 rows x 32 columns, swizzled
+  static constexpr int kBBytes = BN * 128;                     // BN rows (d3) x 32 k, K-major swizzled
+  static constexpr int kBufBytes = kBBytes * (SPLIT ? 2 : 1);  // big (+ small)
+  static constexpr int kSmem = kF32Stages * kStagingBytes + 2 * kBufBytes + 1024;
+};
+
+#ifdef SMM_SM90A_DEVICE
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+  if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, scale_d);
+  else wgmma_rs_n128_tf32(d, a, desc, scale_d);
+}
+
+// V rows k0..k0+31, columns n0..n0+BN-1 -> staging (row-major, zero fill).
+template <int BN>
+__device__ __forceinline__ void f32_load_v(uint32_t dst0, const float* vb, int64_t v_rs, int64_t k0, int64_t n0,
+                                           int64_t d2, int64_t d3) {
+  constexpr int kCpr = BN / 4;  // 16-byte chunks per row
+#pragma unroll
+  for (int i = 0; i < 32 * kCpr / kF32Threads; ++i) {
+    const int id = threadIdx.x + i * kF32Threads;
+    const int r = id / kCpr, c = id % kCpr;
+    const int64_t k = k0 + r, n = n0 + 4 * c;
+    int bytes = 0;
+    const float* src = vb;
+    if (k < d2 && n < d3) {
+      bytes = d3 - n >= 4 ? 16 : static_cast<int>(d3 - n) * 4;
+      src = vb + k * v_rs + n;
+    }
+    cp_async16(dst0 + (r * BN + 4 * c) * 4, src, bytes);
+  }
+}
+
+// x rows row0..row0+127, columns k0..k0+31 -> staging (128-byte rows, chunk c
+// at c ^ (r % 8), zero fill).
+__device__ __forceinline__ void f32_load_x(uint32_t dst0, const float* xb, int64_t x_rs, int64_t row0, int64_t k0,
+                                           int64_t d1, int64_t d2) {
+#pragma unroll
+  for (int i = 0; i < 128 * 8 / kF32Threads; ++i) {
+    const int id = threadIdx.x + i * kF32Threads;
+    const int r = id >> 3, c = id & 7;
+    const int64_t row = row0 + r, k = k0 + 4 * c;
+    int bytes = 0;
+    const float* src = xb;
+    if (row < d1 && k < d2) {
+      bytes = d2 - k >= 4 ? 16 : static_cast<int>(d2 - k) * 4;
+      src = xb + row * x_rs + k;
+    }
+    cp_async16(dst0 + r * 128 + ((c ^ (r & 7)) << 4), src, bytes);
+  }
+}
+
+// staging -> K-major B buffer(s): row n, chunk c (at c ^ (n % 8)) = TF32 of
+// V rows c, c + 8, c + 16, c + 24 (the permuted k order), column n.
+template <int BN, bool SPLIT>
+__device__ __forceinline__ void f32_transpose(uint32_t staging, uint32_t buf) {
+  constexpr int kPer = BN * 8 / kF32Threads;  // chunks per thread (8 or 4)
+  const int n = threadIdx.x % BN;
+  const int c0 = (threadIdx.x / BN) * kPer;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = c0 + i;
+    float v[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v[q]) : "r"(staging + ((c + 8 * q) * BN + n) * 4));
+    uint32_t big[4], small[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      big[q] = to_tf32(v[q]);
+      if constexpr (SPLIT) small[q] = to_tf32(v[q] - __uint_as_float(big[q]));
+    }
+    const uint32_t off = n * 128 + ((c ^ (n & 7)) << 4);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(buf + off), "r"(big[0]), "r"(big[1]), "r"(big[2]),
+                 "r"(big[3]));
+    if constexpr (SPLIT)
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(buf + BN * 128 + off), "r"(small[0]),
+                   "r"(small[1]), "r"(small[2]), "r"(small[3]));
+  }
+}
+
+// This thread's x values from the staged tile: rows lr, lr + 8 of the tile,
+// columns 8t..8t+7 (chunks 2t, 2t + 1); columns past d2 as -inf.
+__device__ __forceinline__ void f32_read_x(float (&xr)[2][8], uint32_t xs, int lr, int t, int64_t col0, int64_t d2,
+                                           bool tail) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = lr + 8 * h;
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(xr[h][4 * q]), "=f"(xr[h][4 * q + 1]), "=f"(xr[h][4 * q + 2]), "=f"(xr[h][4 * q + 3])
+                   : "r"(xs + r * 128 + (((2 * t + q) ^ (r & 7)) << 4)));
+  }
+  if (tail) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (col0 + 8 * t + e >= d2) xr[0][e] = xr[1][e] = -__builtin_huge_valf();
+  }
+}
+
+// Online softmax of this thread's 2 x 8 values -> A fragments of the 4 k8
+// steps (big, and small for 3xTF32).
+template <bool SPLIT>
+__device__ __forceinline__ void f32_softmax(const float (&xr)[2][8], uint32_t (&pb)[4][4], uint32_t (&ps)[4][4],
+                                            float (&m)[2], float (&l)[2], float (&scale)[2], bool& any_up) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kInf = __builtin_huge_valf();
+  constexpr float kLazy = 8.0f / kLog2e;
+  bool up = false;
+  float p[2][8];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = xr[h][0];
+#pragma unroll
+    for (int e = 1; e < 8; ++e) mx = fmaxf(mx, xr[h][e]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const bool move = mx > m[h] + kLazy;
+    if constexpr (SPLIT) scale[h] = move ? expf(m[h] - mx) : 1.f;
+    else scale[h] = move ? ex2((m[h] - mx) * kLog2e) : 1.f;
+    if (move) m[h] = mx;
+    up |= move;
+    const float mu = m[h] == -kInf ? 0.f : m[h];
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if constexpr (SPLIT) p[h][e] = expf(xr[h][e] - mu);
+      else p[h][e] = ex2(fmaf(xr[h][e], kLog2e, -mu * kLog2e));
+      s += p[h][e];
+    }
+    l[h] = l[h] * scale[h] + s;
+  }
+  any_up = __any_sync(0xffffffffu, up);
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int o = 0; o < 2; ++o) {  // a0/a1: column 2s (k = 8s + t), a2/a3: 2s + 1 (k = 8s + t + 4)
+        const float v = p[h][2 * s + o];
+        const uint32_t b = to_tf32(v);
+        pb[s][2 * o + h] = b;
+        if constexpr (SPLIT) ps[s][2 * o + h] = to_tf32(v - __uint_as_float(b));
+      }
+}
+#endif  // SMM_SM90A_DEVICE
+
+template <int BN, bool SPLIT>
+__global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, int64_t batch0) {
+#ifdef SMM_SM90A_DEVICE
+  using C = F32Cfg<BN, SPLIT>;
+  constexpr int kS = kF32Stages;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t bufs = smem;                                  // 2 x kBufBytes, 1 KiB aligned
+  const uint32_t staging = smem + 2 * C::kBufBytes;            // kS x kStagingBytes
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
+  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
+  const int64_t b = batch0 + blockIdx.y;
+  const int64_t n0 = nb * BN, row0 = mb * 128;
+  const int64_t row = row0 + 16 * warp + g;
+  const float* xb = static_cast<const float*>(a.x) + b * a.x_batch_stride;
+  const float* vb = static_cast<const float*>(a.v) + b * a.v_batch_stride;
+  const int nk = static_cast<int>((a.d2 + 31) / 32);
+  const uint64_t desc_base = desc_kmajor();
+
+  float acc[BN / 2];
+  float tmp[SPLIT ? BN / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  float m[2] = {-__builtin_huge_valf(), -__builtin_huge_valf()}, l[2] = {0.f, 0.f}, scale[2];
+  bool any_up = false;
+  uint32_t pab[4][4], pas[4][4], pbb[4][4], pbs[4][4];
+  const int lr = 16 * warp + g;  // this thread's first row in the tile
+  const int tail_from = a.d2 % 32 == 0 ? nk : nk - 1;
+  auto load = [&](int kt) {
+    const uint32_t st = staging + static_cast<uint32_t>(kt % kS) * C::kStagingBytes;
+    f32_load_v<BN>(st, vb, a.v_row_stride, int64_t{kt} * 32, n0, a.d2, a.d3);
+    f32_load_x(st + C::kVStagingBytes, xb, a.x_row_stride, row0, int64_t{kt} * 32, a.d1, a.d2);
+  };
+  auto softmax = [&](int kt, uint32_t (&pb)[4][4], uint32_t (&ps)[4][4]) {
+    float xr[2][8];
+    f32_read_x(xr, staging + static_cast<uint32_t>(kt % kS) * C::kStagingBytes + C::kVStagingBytes, lr, t,
+               int64_t{kt} * 32, a.d2, kt == tail_from);
+    f32_softmax<SPLIT>(xr, pb, ps, m, l, scale, any_up);
+  };
+
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (s < nk) load(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kS - 2>();
+  __syncthreads();
+  f32_transpose<BN, SPLIT>(staging, bufs);
+  fence_proxy_async();
+  softmax(0, pab, pas);
+  __syncthreads();
+
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t buf = bufs + static_cast<uint32_t>(kt & 1) * C::kBufBytes;
+    if constexpr (SPLIT) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_reg(tmp[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint64_t db = desc_base | ((buf + 32 * s) >> 4);
+      if constexpr (SPLIT) {
+        const uint64_t ds = desc_base | ((buf + BN * 128 + 32 * s) >> 4);
+        wgmma_tf32<BN>(tmp, pas[s], db, s != 0);  // small x big (the first overwrites tmp)
+        wgmma_tf32<BN>(tmp, pab[s], ds, 1);       // big x small
+        wgmma_tf32<BN>(tmp, pab[s], db, 1);       // big x big
+      } else {
+        wgmma_tf32<BN>(acc, pab[s], db, 1);
+      }
+    }
+    wgmma_commit();
+    if (kt + 1 < nk) {
+      cp_async_wait<kS - 3>();
+      __syncthreads();  // staging of tile kt + 1 visible; buffer (kt + 1) & 1 free (wgmma kt - 1 done)
+      const int kn = kt + kS - 1;
+      if (kn < nk) load(kn);
+      cp_async_commit();
+      f32_transpose<BN, SPLIT>(staging + static_cast<uint32_t>((kt + 1) % kS) * C::kStagingBytes,
+                               bufs + static_cast<uint32_t>((kt + 1) & 1) * C::kBufBytes);
+      fence_proxy_async();
+      softmax(kt + 1, pbb, pbs);
+      __syncthreads();  // buffer (kt + 1) & 1 complete
+    }
+    wgmma_wait<0>();
+    if constexpr (SPLIT) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        fence_reg(tmp[i]);
+        acc[i] += tmp[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        fence_reg(pab[s][e]);
+        if constexpr (SPLIT) fence_reg(pas[s][e]);
+      }
+    if (kt + 1 < nk) {
+      if (any_up) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+          acc[4 * j] *= scale[0];
+          acc[4 * j + 1] *= scale[0];
+          acc[4 * j + 2] *= scale[1];
+          acc[4 * j + 3] *= scale[1];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pab[s][e] = pbb[s][e];
+          if constexpr (SPLIT) pas[s][e] = pbs[s][e];
+        }
+    }
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv[h] = 1.f / l[h];
+    const int64_t r = row + 8 * h;
+    if (t == 0 && nb == 0 && r < a.d1) a.lse[b * a.d1 + r] = m[h] + logf(l[h]);
+  }
+  float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
+  const bool pair_ok = (a.d3 % 2) == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * t;
+    if (col >= a.d3) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row + 8 * h;
+      if (r >= a.d1) continue;
+      const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
+      float* dst = ob + r * a.d3 + col;
+      if (pair_ok) {
+        *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
+      } else {
+        dst[0] = o0;
+        if (col + 1 < a.d3) dst[1] = o1;
+      }
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+template <int BN, bool SPLIT>
+void launch_f32(const Args& a) {
+  using C = F32Cfg<BN, SPLIT>;
+  auto* kernel = &smm_wgmma_f32_kernel<BN, SPLIT>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + 127) / 128);
+  for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+    kernel<<<grid, kF32Threads, C::kSmem, stream>>>(a, b0);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace sm90
+
+void launch_sm90_f32(const Args& a, int bn, bool split3) {
+  if (split3) return sm90::launch_f32<128, true>(a);
+  if (bn == 128) return sm90::launch_f32<128, false>(a);
+  return sm90::launch_f32<256, false>(a);
+}
+
+}  // namespace softmax_ext::smm::cuda
