@@ -4,7 +4,7 @@
 # CUDA tests under compute-sanitizer, and print a short summary last.
 #
 #   scripts/gpu_check.sh                 build + python -m softmax_ext + tests
-#   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck
+#   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck (SANITIZE_TIMEOUT s each)
 #   BENCH=1 scripts/gpu_check.sh         + benchmarks (BENCH_ARGS: their options)
 #   HOST=1 scripts/gpu_check.sh          + host cost per call beside torch (bench_host)
 #   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
@@ -59,7 +59,7 @@ summary+=("tests: $(tail -1 "$OUT/tests.log")")
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+    timeout "${SANITIZE_TIMEOUT:-0}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
       python3 scripts/cuda_smoke.py > "$OUT/sanitize_$tool.log" 2>&1
     rc=$?
     summary+=("compute-sanitizer $tool: exit $rc, $(grep -E "(ERROR|RACECHECK) SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)")
