@@ -11,10 +11,13 @@ pytestmark = requires_cuda
 
 
 def test_reference_takes_the_rest(sx):
-    """dtype= pairs without fast kernels and strided axes without an inner
-    run run on the reference family."""
+    """dtype= pairs without fast kernels and strided axes whose contiguous
+    inner run is shorter than the strided families take run on the
+    reference family; one column more goes to the strided family."""
     assert sx.plan(torch.empty(4, 8, device="cuda"), -1, dtype=torch.float16).kernel == "cuda.reference.f32_f16"
-    assert sx.plan(torch.empty(6, 9, device="cuda").t(), 1).kernel == "cuda.reference.f32"
+    inner = sx.plan_limits(torch.empty(100, 8, device="cuda"))["strided_min_inner"]
+    assert sx.plan(torch.empty(100, inner - 1, device="cuda"), 0).kernel == "cuda.reference.f32"
+    assert sx.plan(torch.empty(100, inner, device="cuda"), 0).kernel == "cuda.strided.f32"
 
 
 def test_backward_relayout_in_plan(sx):
