@@ -257,18 +257,17 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
   m.def("_plan_cross_entropy(Tensor logits, bool backward) -> (str, int, bool, str, int[])", &plan_info);
 }
 
-TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+// One device-generic body per op: the same registrations for CPU and CUDA.
+static void impl_kernels(torch::Library& m) {
   m.impl("_cross_entropy_forward", &forward);
   m.impl("_cross_entropy_backward", &backward);
   m.impl("_cross_entropy_backward_", &backward_inplace);
 }
 
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) { impl_kernels(m); }
+
 #ifdef SOFTMAX_EXT_WITH_CUDA
-TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
-  m.impl("_cross_entropy_forward", &forward);
-  m.impl("_cross_entropy_backward", &backward);
-  m.impl("_cross_entropy_backward_", &backward_inplace);
-}
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) { impl_kernels(m); }
 #endif
 
 }  // namespace softmax_ext::ce

@@ -322,20 +322,18 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
   m.def("_rows_plan(Tensor x, int dim, str step) -> (str, int, int)", &rows_plan);
 }
 
-TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+// One device-generic body per op: the same registrations for CPU and CUDA.
+static void impl_kernels(torch::Library& m) {
   m.impl("softmax_stats", &softmax_stats);
   m.impl("softmax_normalize", &softmax_normalize);
   m.impl("softmax_backward_stats", &softmax_backward_stats);
   m.impl("softmax_backward_normalize", &softmax_backward_normalize);
 }
 
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) { impl_kernels(m); }
+
 #ifdef SOFTMAX_EXT_WITH_CUDA
-TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
-  m.impl("softmax_stats", &softmax_stats);
-  m.impl("softmax_normalize", &softmax_normalize);
-  m.impl("softmax_backward_stats", &softmax_backward_stats);
-  m.impl("softmax_backward_normalize", &softmax_backward_normalize);
-}
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) { impl_kernels(m); }
 #endif
 
 }  // namespace softmax_ext::distributed

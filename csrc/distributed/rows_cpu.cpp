@@ -23,8 +23,16 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename A>
 inline A nan_max(A a, A b) { return (a != a || a > b) ? a : b; }
 
-// Grain: about 32K elements per task.
-inline int64_t grain(int64_t n) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)); }
+// f(r) for every row, rows spread over threads, about 32K elements a task.
+// Each row is reduced by one thread in a fixed order: results do not depend
+// on the thread count.
+template <typename F>
+void for_each_row(const RowsProblem& p, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.n, 1));
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) f(r);
+  });
+}
 
 template <typename T>
 void stats(const RowsProblem& p, const RowsBuffers& b) {
@@ -32,18 +40,16 @@ void stats(const RowsProblem& p, const RowsBuffers& b) {
   const T* x = static_cast<const T*>(b.a);
   A* s = static_cast<A*>(b.stats);
   const int64_t n = p.n;
-  at::parallel_for(0, p.rows, grain(n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * n;
-      A m = -std::numeric_limits<A>::infinity();
-      for (int64_t j = 0; j < n; ++j) m = nan_max(m, static_cast<A>(row[j]));
-      A sum = 0;
-      // A max of -inf: an empty slice, or all -inf; either adds nothing.
-      if (m != -std::numeric_limits<A>::infinity())
-        for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<A>(row[j]) - m);
-      s[2 * r] = m;
-      s[2 * r + 1] = sum;
-    }
+  for_each_row(p, [&](int64_t r) {
+    const T* row = x + r * n;
+    A m = -std::numeric_limits<A>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = nan_max(m, static_cast<A>(row[j]));
+    A sum = 0;
+    // A max of -inf: an empty slice, or all -inf; either adds nothing.
+    if (m != -std::numeric_limits<A>::infinity())
+      for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<A>(row[j]) - m);
+    s[2 * r] = m;
+    s[2 * r + 1] = sum;
   });
 }
 
@@ -55,18 +61,16 @@ void normalize(const RowsProblem& p, const RowsBuffers& b) {
   T* y = static_cast<T*>(b.out);
   const int64_t n = p.n;
   const bool log = p.kind == Kind::LogSoftmax;
-  at::parallel_for(0, p.rows, grain(n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* in = x + r * n;
-      T* out = y + r * n;
-      const A m = s[2 * r];
-      if (log) {
-        const A log_sum = std::log(s[2 * r + 1]);
-        for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>((static_cast<A>(in[j]) - m) - log_sum);
-      } else {
-        const A inv = A(1) / s[2 * r + 1];
-        for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>(std::exp(static_cast<A>(in[j]) - m) * inv);
-      }
+  for_each_row(p, [&](int64_t r) {
+    const T* in = x + r * n;
+    T* out = y + r * n;
+    const A m = s[2 * r];
+    if (log) {
+      const A log_sum = std::log(s[2 * r + 1]);
+      for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>((static_cast<A>(in[j]) - m) - log_sum);
+    } else {
+      const A inv = A(1) / s[2 * r + 1];
+      for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>(std::exp(static_cast<A>(in[j]) - m) * inv);
     }
   });
 }
@@ -79,18 +83,12 @@ void backward_stats(const RowsProblem& p, const RowsBuffers& b) {
   A* s = static_cast<A*>(b.stats);
   const int64_t n = p.n;
   const bool log = p.kind == Kind::LogSoftmax;
-  at::parallel_for(0, p.rows, grain(n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* g = dy + r * n;
-      const T* o = y + r * n;
-      A sum = 0;
-      if (log) {
-        for (int64_t j = 0; j < n; ++j) sum += static_cast<A>(g[j]);
-      } else {
-        for (int64_t j = 0; j < n; ++j) sum += static_cast<A>(g[j]) * static_cast<A>(o[j]);
-      }
-      s[r] = sum;
-    }
+  for_each_row(p, [&](int64_t r) {
+    const T* g = dy + r * n;
+    const T* o = y + r * n;
+    A sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += log ? static_cast<A>(g[j]) : static_cast<A>(g[j]) * static_cast<A>(o[j]);
+    s[r] = sum;
   });
 }
 
@@ -103,19 +101,14 @@ void backward_apply(const RowsProblem& p, const RowsBuffers& b) {
   T* dx = static_cast<T*>(b.out);
   const int64_t n = p.n;
   const bool log = p.kind == Kind::LogSoftmax;
-  at::parallel_for(0, p.rows, grain(n), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const T* g = dy + r * n;
-      const T* o = y + r * n;
-      T* out = dx + r * n;
-      const A sum = s[r];
-      if (log) {
-        for (int64_t j = 0; j < n; ++j)
-          out[j] = static_cast<T>(static_cast<A>(g[j]) - std::exp(static_cast<A>(o[j])) * sum);
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          out[j] = static_cast<T>(static_cast<A>(o[j]) * (static_cast<A>(g[j]) - sum));
-      }
+  for_each_row(p, [&](int64_t r) {
+    const T* g = dy + r * n;
+    const T* o = y + r * n;
+    T* out = dx + r * n;
+    const A sum = s[r];
+    for (int64_t j = 0; j < n; ++j) {
+      const A gj = static_cast<A>(g[j]), oj = static_cast<A>(o[j]);
+      out[j] = static_cast<T>(log ? gj - std::exp(oj) * sum : oj * (gj - sum));
     }
   });
 }

@@ -206,20 +206,18 @@ PlanInfo plan_info(const at::Tensor& x, int64_t dim, c10::string_view kind_name,
           std::move(problem)};
 }
 
-TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+// One device-generic body per op: the same registrations for CPU and CUDA.
+static void impl_kernels(torch::Library& m) {
   m.impl("softmax", &softmax);
   m.impl("log_softmax", &log_softmax);
   m.impl("softmax_backward", &softmax_backward);
   m.impl("log_softmax_backward", &log_softmax_backward);
 }
 
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) { impl_kernels(m); }
+
 #ifdef SOFTMAX_EXT_WITH_CUDA
-TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
-  m.impl("softmax", &softmax);
-  m.impl("log_softmax", &log_softmax);
-  m.impl("softmax_backward", &softmax_backward);
-  m.impl("log_softmax_backward", &log_softmax_backward);
-}
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) { impl_kernels(m); }
 #endif
 
 }  // namespace softmax_ext

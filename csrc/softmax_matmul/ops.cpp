@@ -262,16 +262,16 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
 
 TORCH_LIBRARY_IMPL(softmax_ext, CompositeImplicitAutograd, m) { m.impl("softmax_matmul", &softmax_matmul); }
 
-TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) {
+// One device-generic body per op: the same registrations for CPU and CUDA.
+static void impl_kernels(torch::Library& m) {
   m.impl("_softmax_matmul_forward", &softmax_matmul_forward);
   m.impl("_softmax_matmul_backward", &softmax_matmul_backward);
 }
 
+TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) { impl_kernels(m); }
+
 #ifdef SOFTMAX_EXT_WITH_CUDA
-TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) {
-  m.impl("_softmax_matmul_forward", &softmax_matmul_forward);
-  m.impl("_softmax_matmul_backward", &softmax_matmul_backward);
-}
+TORCH_LIBRARY_IMPL(softmax_ext, CUDA, m) { impl_kernels(m); }
 #endif
 
 }  // namespace softmax_ext::smm
