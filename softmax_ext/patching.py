@@ -18,23 +18,29 @@ from typing import Callable, Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import _ops
+from . import _C, _ops
 from ._cross_entropy import cross_entropy
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# Plain tensors: nn.Parameter is one for every op (as torch's own C bindings
+# see it); other subclasses keep torch's entry points.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DEVICES = ("cpu", "cuda")
 
 # (owner, attribute name) -> (torch's original, whether owner defined it
 # itself rather than inheriting it), while patched.
 _originals: Dict[Tuple[object, str], Tuple[Callable, bool]] = {}
 _MISSING = object()  # dim not given: torch raises its own error
+_is_compiling = torch.compiler.is_compiling
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
 
 
 def _serves(x, dim, dtype) -> bool:
     """True for the calls softmax_ext's softmax/log_softmax take as torch would."""
     return (
-        type(x) is torch.Tensor
+        type(x) in _PLAIN
         and type(dim) is int
+        and -(1 << 63) <= dim < (1 << 63)  # (past int64: torch's own error)
         and x.device.type in _DEVICES
         and x.layout == torch.strided
         and x.dim() <= 8
@@ -50,21 +56,30 @@ def _autocast_serves(x) -> bool:
 
 
 def _autocast_dtype(x, dtype):
-    # CUDA autocast runs torch's softmax and log_softmax in float32;
-    # softmax_ext reads 16-bit inputs as they are and writes float32 without
-    # a cast pass.
-    if dtype is None and x.dtype in (torch.float16, torch.bfloat16) and torch.is_autocast_enabled("cuda"):
+    # CUDA autocast runs torch's softmax and log_softmax of CUDA tensors in
+    # float32; softmax_ext reads 16-bit inputs as they are and writes float32
+    # without a cast pass.
+    if (dtype is None and x.dtype in (torch.float16, torch.bfloat16) and x.device.type == "cuda"
+            and torch.is_autocast_enabled("cuda")):
         return torch.float32
     return dtype
 
 
-def _forward_routes(name: str, original: Callable, ours: Callable):
-    """torch.softmax / F.softmax style entry points (input, dim, ..., dtype)."""
+def _forward_routes(name: str, original: Callable, ours: Callable, fast: Callable):
+    """torch.softmax / F.softmax style entry points (input, dim, ..., dtype).
+    An eager call outside torch function modes first tries `fast`, the same
+    rules and the op in one C call (csrc/python/fast_calls.cpp), which
+    returns None for a call it leaves to torch; torch.compile traces the
+    Python rules below."""
 
     if name.startswith("F."):
         # F.softmax(input, dim=None, _stacklevel=3, dtype=None)
         @functools.wraps(original)
         def routed(input, dim=None, _stacklevel=3, dtype=None):
+            if not _is_compiling() and not _torch_function_mode():
+                y = fast(input, dim, dtype)
+                if y is not None:
+                    return y
             if _serves(input, dim, dtype) and _autocast_serves(input):
                 return ours(input, dim, _autocast_dtype(input, dtype))
             return original(input, dim, _stacklevel, dtype)
@@ -74,6 +89,10 @@ def _forward_routes(name: str, original: Callable, ours: Callable):
     # torch.softmax(input, dim, dtype=None), Tensor.softmax(self, dim, dtype=None)
     @functools.wraps(original)
     def routed(input, dim=_MISSING, dtype=None, *args, **kwargs):
+        if not args and not kwargs and not _is_compiling() and not _torch_function_mode():
+            y = fast(input, dim, dtype)
+            if y is not None:
+                return y
         if not args and not kwargs and _serves(input, dim, dtype) and _autocast_serves(input):
             return ours(input, dim, _autocast_dtype(input, dtype))
         if dim is _MISSING:
@@ -131,8 +150,9 @@ def routed(label: str) -> Callable:
     original = _TORCH_FUNCTIONS[label]
     if label == "F.cross_entropy":
         return _cross_entropy_route(original)
-    ours = _ops.log_softmax if label.endswith("log_softmax") else _ops.softmax
-    return _forward_routes(label, original, ours)
+    if label.endswith("log_softmax"):
+        return _forward_routes(label, original, _ops.log_softmax, _C._route_log_softmax)
+    return _forward_routes(label, original, _ops.softmax, _C._route_softmax)
 
 
 class _Patched:

@@ -31,6 +31,10 @@ ENTRY_POINTS = {
 }
 
 
+class _Subclass(torch.Tensor):
+    pass
+
+
 def _ops_called(fn):
     """Names of the dispatcher ops `fn` runs."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -94,6 +98,9 @@ def test_patch_leaves_unserved_calls_to_torch(entry):
             lambda: call(sparse, 1),
             lambda: call(torch.randn(3, 4), 2),  # dim out of range
             lambda: call(torch.randn(3, 4), 1.0),  # wrong type
+            lambda: call(torch.randn(3, 4), True),  # a bool dim (torch reads it as 1)
+            lambda: call(torch.randn(3, 4).as_subclass(_Subclass), 1),  # a tensor subclass
+            lambda: call(torch.randn(1, 1, 1, 1, 1, 1, 1, 3, 4), -1),  # more dims than softmax_ext takes
         ):
             try:
                 with warnings.catch_warnings():
@@ -111,6 +118,41 @@ def test_patch_leaves_unserved_calls_to_torch(entry):
         assert kind_a == kind_b, (plain, patched)
         if a is not None:
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_route_serves_what_the_python_rules_serve(device):
+    """An eager routed call first tries _C._route_softmax (the serve rules
+    and the op in one C call); it must serve exactly the calls the Python
+    rules, which torch.compile traces, serve, and give the same result."""
+    import softmax_ext
+    from softmax_ext import _C, patching
+
+    x = make_input((3, 4), torch.float32, device, seed=2)
+    calls = [
+        (x, 1, None), (x, -1, torch.float64), (x, True, None), (x, 1.0, None), (x, "b", None),
+        (x.to(torch.bfloat16), 0, None), (x.double().t(), 1, torch.float16), (x, 1, "float32"),
+        (torch.arange(12, device=device).reshape(3, 4), 1, None),
+        (torch.arange(12, device=device).reshape(3, 4), 1, torch.float32),
+        (x.to(torch.complex64), 1, torch.float32), (x.to(torch.complex64), 1, None),
+        (torch.nn.Parameter(x), 1, None), (x.as_subclass(_Subclass), 1, None), (x.reshape(1, 1, 1, 1, 1, 1, 1, 1, 3, 4), -1, None),
+        (x.reshape(1, 1, 1, 1, 1, 1, 3, 4), -1, None), (x, 2, None), (x, 2**70, None),
+    ]
+    if device == "cpu":
+        calls.append((x.to_sparse(), 1, None))
+    for route, op in ((_C._route_softmax, softmax_ext.softmax), (_C._route_log_softmax, softmax_ext.log_softmax)):
+        for t, dim, dtype in calls:
+            serves = patching._serves(t, dim, dtype) and patching._autocast_serves(t)
+            try:
+                got = route(t, dim, dtype)
+            except IndexError:  # a dim out of range, served: the op's own error
+                assert serves
+                continue
+            assert (got is not None) == serves, (t.dtype, t.shape, dim, dtype)
+            if got is not None:
+                torch.testing.assert_close(got, op(t, dim, dtype), rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # CPU autocast: calls stay with torch
+        assert _C._route_softmax(x.cpu(), 1, None) is None
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -10,6 +10,7 @@
 
 #include "python/fast_calls.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
@@ -81,6 +82,50 @@ PyObject* forward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs)
   END_HANDLE_TH_ERRORS
 }
 
+bool floating(c10::ScalarType t) {
+  return t == c10::kFloat || t == c10::kDouble || t == c10::kHalf || t == c10::kBFloat16;
+}
+
+// (input, dim, dtype) -> y for the calls softmax_ext.patch() routes to
+// softmax_ext, None for the calls it leaves to torch: the rules of
+// softmax_ext/patching.py (_serves, _autocast_serves, _autocast_dtype) in
+// one C call, so a routed eager call costs about what a direct one does.
+template <bool kLog>
+PyObject* route(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 3 || !THPVariable_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+      !(args[2] == Py_None || THPDtype_Check(args[2])))
+    Py_RETURN_NONE;
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  const c10::DeviceType device = x.device().type();
+  if ((device != c10::kCPU && device != c10::kCUDA) || x.layout() != c10::kStrided || x.dim() > 8) Py_RETURN_NONE;
+  std::optional<c10::ScalarType> dtype;
+  if (args[2] != Py_None) dtype = reinterpret_cast<THPDtype*>(args[2])->scalar_type;
+  if (dtype ? !floating(*dtype) || x.is_complex() : !floating(x.scalar_type())) Py_RETURN_NONE;
+  // Autocast: CUDA's policy computes softmax and log_softmax in float32 (a
+  // 16-bit input is read as it is); other devices' autocast stays with torch.
+  if (device == c10::kCUDA) {
+    const c10::ScalarType t = x.scalar_type();
+    if (!dtype && (t == c10::kHalf || t == c10::kBFloat16) && at::autocast::is_autocast_enabled(c10::kCUDA))
+      dtype = c10::kFloat;
+  } else if (at::autocast::is_autocast_enabled(device)) {
+    Py_RETURN_NONE;
+  }
+  const int64_t dim = PyLong_AsLongLong(args[1]);
+  if (dim == -1 && PyErr_Occurred()) {  // out of int64's range: torch's error
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  static const auto handle = find_op<ForwardSig>(kLog ? "softmax_ext::log_softmax" : "softmax_ext::softmax");
+  at::Tensor y;
+  {
+    pybind11::gil_scoped_release no_gil;
+    y = handle.call(x, dim, dtype);
+  }
+  return THPVariable_Wrap(std::move(y));
+  END_HANDLE_TH_ERRORS
+}
+
 // (grad_output, output, dim) -> grad_input
 template <bool kLog>
 PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
@@ -112,6 +157,10 @@ PyMethodDef kMethods[] = {
      METH_FASTCALL, "softmax_backward(grad_output, output, dim) through the dispatcher"},
     {"_log_softmax_backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&backward<true>)),
      METH_FASTCALL, "log_softmax_backward(grad_output, output, dim) through the dispatcher"},
+    {"_route_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&route<false>)), METH_FASTCALL,
+     "softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
+    {"_route_log_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&route<true>)), METH_FASTCALL,
+     "log_softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
     {nullptr, nullptr, 0, nullptr},
 };
 
