@@ -5,8 +5,9 @@ whole extension. No GPU needed.
     python scripts/compile_cuda.py csrc/cuda/families/warp/forward.cu [more.cu ...]
     ARCH=90a python scripts/compile_cuda.py ...   (default 90)
 
-Objects go to a temporary folder and are thrown away; ptxas's resource report
-(-Xptxas -v) is printed when VERBOSE=1.
+Objects go to a temporary folder and are thrown away, or to KEEP=DIR (for
+`python scripts/compare_kernels.py DIR1/x.o DIR2/x.o`); ptxas's resource
+report (-Xptxas -v) is printed when VERBOSE=1.
 """
 
 import os
@@ -39,9 +40,12 @@ def main(files):
     if os.environ.get("VERBOSE") == "1":
         flags += ["-Xptxas", "-v"]
     failed = 0
+    keep = os.environ.get("KEEP")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
-            out = os.path.join(tmp, os.path.basename(f) + ".o")
+            out = os.path.join(keep or tmp, os.path.basename(f) + ".o")
             print(f"== {f}", flush=True)
             failed += subprocess.run(flags + [f, "-o", out]).returncode != 0
     return 1 if failed else 0

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/epilogue.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -420,14 +421,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
 
   // Epilogue: row sums over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-    const int64_t row = row0 + 8 * h;
-    if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
-  }
+  finish_rows(a, b, row0, t, nb, m, l, inv);
   store_out<T, BN, MODE, WARPS>(a, acc, inv, b, n0, row0, t);
 }
 

@@ -341,35 +341,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
   const int64_t r0 = row0 + 16 * warp + g;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-    const int64_t row = r0 + 8 * h;
-    if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
-  }
-  T* ob = static_cast<T*>(a.out) + b * a.d1 * a.d3;
-  const bool pair_ok = (a.d3 % 2) == 0;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * t;
-    if (col >= a.d3) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = r0 + 8 * h;
-      if (row >= a.d1) continue;
-      const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
-      T* dst = ob + row * a.d3 + col;
-      if (pair_ok) {
-        *reinterpret_cast<uint32_t*>(dst) = pack<T>(o0, o1);
-      } else {
-        const uint32_t w = pack<T>(o0, o1);
-        reinterpret_cast<uint16_t*>(dst)[0] = static_cast<uint16_t>(w & 0xFFFFu);
-        if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = static_cast<uint16_t>(w >> 16);
-      }
-    }
-  }
+  finish_rows(a, b, r0, t, nb, m, l, inv);
+  store_output<T, BN>(a, b, r0, n0, t, inv, acc);
 #else
   __trap();  // built without sm_90a: the plan never selects this kernel then
 #endif

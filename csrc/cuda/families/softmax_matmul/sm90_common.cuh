@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/families/softmax_matmul/epilogue.cuh"
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SMM_SM90A_DEVICE 1
 #include "cuda/families/softmax_matmul/wgmma_ops.cuh"
@@ -59,6 +61,42 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   } else {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// out = acc * inv of a warp's rows r0, r0 + 8 (the wgmma accumulator
+// layout: columns n0 + 8 j + 2 t and + 1 at acc[4 j + 2 h], acc[4 j + 2 h + 1]),
+// d1 and d3 tails masked; a column pair in one store where d3 is even.
+template <typename T, int BN, typename Args>
+__device__ __forceinline__ void store_output(const Args& a, int64_t b, int64_t r0, int64_t n0, int t,
+                                             const float (&inv)[2], const float (&acc)[BN / 2]) {
+  T* ob = static_cast<T*>(a.out) + b * a.d1 * a.d3;
+  const bool pair_ok = (a.d3 % 2) == 0;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * t;
+    if (col >= a.d3) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = r0 + 8 * h;
+      if (row >= a.d1) continue;
+      const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
+      T* dst = ob + row * a.d3 + col;
+      if constexpr (std::is_same_v<T, float>) {
+        if (pair_ok) {
+          *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
+        } else {
+          dst[0] = o0;
+          if (col + 1 < a.d3) dst[1] = o1;
+        }
+      } else if (pair_ok) {
+        *reinterpret_cast<uint32_t*>(dst) = pack<T>(o0, o1);
+      } else {
+        const uint32_t w = pack<T>(o0, o1);
+        reinterpret_cast<uint16_t*>(dst)[0] = static_cast<uint16_t>(w & 0xFFFFu);
+        if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = static_cast<uint16_t>(w >> 16);
+      }
+    }
   }
 }
 

@@ -320,35 +320,10 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
     }
   }
 
+  // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    inv[h] = 1.f / l[h];
-    const int64_t r = row + 8 * h;
-    if (t == 0 && nb == 0 && r < a.d1) a.lse[b * a.d1 + r] = m[h] + logf(l[h]);
-  }
-  float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
-  const bool pair_ok = (a.d3 % 2) == 0;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * t;
-    if (col >= a.d3) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = row + 8 * h;
-      if (r >= a.d1) continue;
-      const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
-      float* dst = ob + r * a.d3 + col;
-      if (pair_ok) {
-        *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
-      } else {
-        dst[0] = o0;
-        if (col + 1 < a.d3) dst[1] = o1;
-      }
-    }
-  }
+  finish_rows(a, b, row, t, nb, m, l, inv);
+  store_output<float, BN>(a, b, row, n0, t, inv, acc);
 #else
   __trap();
 #endif

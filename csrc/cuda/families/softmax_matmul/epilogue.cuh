@@ -1,0 +1,27 @@
+// The end of a softmax_matmul forward kernel, shared by the sm_80 (kernel.cuh)
+// and sm_90a (sm90.cu, sm90_f32.cu) kernels. A lane of a warp's 16 rows
+// holds rows r0 and r0 + 8 (h = 0, 1): their running max m, its quad's part
+// of the row sum l, and pairs of neighbouring output columns.
+#pragma once
+
+#include <cstdint>
+
+namespace softmax_ext::smm::cuda {
+
+// Completes the row sums over the lane quad, gives 1 / l in inv, and writes
+// lse = m + log(l) of the rows inside d1, once per row (lane t = 0 of the
+// quad, in the first block of d3 columns, nb = 0).
+template <typename Args>
+__device__ __forceinline__ void finish_rows(const Args& a, int64_t b, int64_t r0, int t, int64_t nb,
+                                            const float (&m)[2], float (&l)[2], float (&inv)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    inv[h] = 1.f / l[h];
+    const int64_t row = r0 + 8 * h;
+    if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
+  }
+}
+
+}  // namespace softmax_ext::smm::cuda
