@@ -101,6 +101,63 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
 }
 #endif
 
+#ifdef SMM_SM90A_DEVICE
+// The pipelined main loop of both backward kernels: kS stages of cp.async
+// loads in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments
+// of 16 columns a stage) x B (the stage in shared memory) with wgmma, the
+// next stage's A fragments read while the current wgmma runs.
+//   load(stage_address, k): issue stage k's cp.async copies;
+//   fetch(frags, stage_address): the A fragments of a landed stage;
+//   kDescStep: bytes between the B descriptors of the 4 fragments (TB: B's
+//   major-ness, as wgmma_rs takes it).
+template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, typename Load, typename Fetch>
+__device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, int nk, uint64_t desc_base,
+                                               const Load& load, const Fetch& fetch) {
+  uint32_t fa[4][4], fb[4][4];
+#pragma unroll
+  for (int s = 0; s < kS - 1; ++s) {
+    if (s < nk) load(smem + s * kStageBytes, s);
+    cp_async_commit();
+  }
+  cp_async_wait<kS - 2>();
+  fence_proxy_async();
+  __syncthreads();
+  fetch(fa, smem);
+
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
+    wgmma_commit();
+    if (kt + 1 < nk) {
+      cp_async_wait<kS - 3>();
+      fence_proxy_async();
+      __syncthreads();
+      const int kn = kt + kS - 1;
+      if (kn < nk) load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn);
+      cp_async_commit();
+      fetch(fb, smem + static_cast<uint32_t>((kt + 1) % kS) * kStageBytes);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_reg(fa[kb][e]);
+    if (kt + 1 < nk) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) fa[kb][e] = fb[kb][e];
+    }
+  }
+}
+#endif
+
 template <typename T, int BN>
 __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel(BwdArgs a, int64_t batch0) {
 #ifdef SMM_SM90A_DEVICE
@@ -126,53 +183,13 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  uint32_t fa[4][4], fb[4][4];
-
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32>(
+      acc, smem, nk, desc_base,
+      [&](uint32_t stage, int k) { dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * 64); },
+      [&](uint32_t (&f)[4][4], uint32_t stage) {
 #pragma unroll
-  for (int s = 0; s < kS - 1; ++s) {
-    if (s < nk) dx_load<T, BN>(smem + s * C::kStageBytes, a, vb, gb, row0, n0, int64_t{s} * 64);
-    cp_async_commit();
-  }
-  cp_async_wait<kS - 2>();
-  fence_proxy_async();
-  __syncthreads();
-#pragma unroll
-  for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(fa[kb], smem + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
-
-  for (int kt = 0; kt < nk; ++kt) {
-    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * C::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, 0>(acc, fa[kb], desc_base | ((stage + kb * 32) >> 4));
-    wgmma_commit();
-    if (kt + 1 < nk) {
-      cp_async_wait<kS - 3>();
-      fence_proxy_async();
-      __syncthreads();
-      const int kn = kt + kS - 1;
-      if (kn < nk)
-        dx_load<T, BN>(smem + static_cast<uint32_t>(kn % kS) * C::kStageBytes, a, vb, gb, row0, n0, int64_t{kn} * 64);
-      cp_async_commit();
-      const uint32_t next = smem + static_cast<uint32_t>((kt + 1) % kS) * C::kStageBytes;
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(fb[kb], next + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_reg(fa[kb][e]);
-    if (kt + 1 < nk) {
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) fa[kb][e] = fb[kb][e];
-    }
-  }
+        for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+      });
 
   // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
   constexpr float kLog2e = 1.4426950408889634f;
@@ -267,7 +284,6 @@ __global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int6
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  uint32_t pa[4][4], pb[4][4];
 
   // dv_p with this warp's chunk: fold chunk0 into the lane's XOR below.
   auto p_of = [&](uint32_t (&p)[4][4], uint32_t stage) {
@@ -294,49 +310,9 @@ __global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int6
       }
   };
 
-#pragma unroll
-  for (int s = 0; s < kS - 1; ++s) {
-    if (s < nk) dv_load<T, BN>(smem + s * C::kStageBytes, a, xb, gb, lb, m0, n0, int64_t{s} * 64);
-    cp_async_commit();
-  }
-  cp_async_wait<kS - 2>();
-  fence_proxy_async();
-  __syncthreads();
-  p_of(pa, smem);
-
-  for (int kt = 0; kt < nk; ++kt) {
-    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * C::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, 1>(acc, pa[kb], desc_base | ((stage + kb * 2048) >> 4));
-    wgmma_commit();
-    if (kt + 1 < nk) {
-      cp_async_wait<kS - 3>();
-      fence_proxy_async();
-      __syncthreads();
-      const int kn = kt + kS - 1;
-      if (kn < nk)
-        dv_load<T, BN>(smem + static_cast<uint32_t>(kn % kS) * C::kStageBytes, a, xb, gb, lb, m0, n0,
-                       int64_t{kn} * 64);
-      cp_async_commit();
-      p_of(pb, smem + static_cast<uint32_t>((kt + 1) % kS) * C::kStageBytes);
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
-    if (kt + 1 < nk) {
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
-    }
-  }
+  wgmma_mainloop<T, BN, 1, kS, C::kStageBytes, 2048>(
+      acc, smem, nk, desc_base,
+      [&](uint32_t stage, int k) { dv_load<T, BN>(stage, a, xb, gb, lb, m0, n0, int64_t{k} * 64); }, p_of);
 
   // Epilogue: dV rows m0 + 64 wg + 16 w + g (+ 8), contiguous (batch, d2, d3).
   T* dvb = static_cast<T*>(a.dv) + b * a.d2 * a.d3;
