@@ -27,14 +27,20 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def kept_targets(target, ignore_index):
+    """(rows whose target is not ignore_index, targets with 0 in the ignored
+    rows: safe to gather with)."""
+    keep = target != ignore_index
+    return keep, torch.where(keep, target, torch.zeros_like(target)).long()
+
+
 def float32_loss(logits, target, lse, total_weight, weight, ignore_index, reduction):
     """The float32 value of a cross-entropy (label_smoothing 0) of rows of
     16-bit `logits` from the float32 `lse` and `total_weight` that
     _cross_entropy_forward returns: lse - the target's logit, weighted, 0 for
     ignored rows, then reduced; an O(rows) gather, no second pass over the
     logits. (The op itself returns the loss in the logits' dtype.)"""
-    keep = target != ignore_index
-    safe = torch.where(keep, target, torch.zeros_like(target)).long()
+    keep, safe = kept_targets(target, ignore_index)
     rows = lse - logits.gather(1, safe.unsqueeze(1)).squeeze(1).to(torch.float32)
     if weight is not None:
         rows = rows * weight.to(torch.float32)[safe]

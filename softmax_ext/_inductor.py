@@ -43,7 +43,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from . import _import_hooks
-from ._cross_entropy import float32_loss
+from ._cross_entropy import float32_loss, kept_targets
 
 HANDOFF = os.environ.get("SOFTMAX_EXT_INDUCTOR_HANDOFF", "1") != "0"
 HANDOFF_MAX_ROW = 1024
@@ -190,8 +190,7 @@ def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight
     x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
     if x16 is None:
         return NotImplemented
-    keep = target != ignore_index
-    safe = torch.where(keep, target, torch.zeros_like(target)).long()
+    keep, safe = kept_targets(target, ignore_index)
     s = grad_loss.to(torch.float32)
     if reduction == "mean":
         s = s / total_weight

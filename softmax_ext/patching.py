@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from . import _C, _ops
 from ._cross_entropy import cross_entropy
+from ._ops import _is_compiling, _torch_function_mode
 
 _FLOATING = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # Plain tensors: nn.Parameter is one for every op (as torch's own C bindings
@@ -31,8 +32,6 @@ _DEVICES = ("cpu", "cuda")
 # itself rather than inheriting it), while patched.
 _originals: Dict[Tuple[object, str], Tuple[Callable, bool]] = {}
 _MISSING = object()  # dim not given: torch raises its own error
-_is_compiling = torch.compiler.is_compiling
-_torch_function_mode = torch._C._is_torch_function_mode_enabled
 
 
 def _serves(x, dim, dtype) -> bool:
@@ -67,10 +66,10 @@ def _autocast_dtype(x, dtype):
 
 def _forward_routes(name: str, original: Callable, ours: Callable, fast: Callable):
     """torch.softmax / F.softmax style entry points (input, dim, ..., dtype).
-    An eager call outside torch function modes first tries `fast`, the same
-    rules and the op in one C call (csrc/python/fast_calls.cpp), which
-    returns None for a call it leaves to torch; torch.compile traces the
-    Python rules below."""
+    An eager call outside torch function modes takes `fast`, the same rules
+    and the op in one C call (csrc/python/fast_calls.cpp), which returns None
+    for a call it leaves to torch; torch.compile and torch function modes go
+    through the Python rules (_serves, _autocast_serves, _autocast_dtype)."""
 
     if name.startswith("F."):
         # F.softmax(input, dim=None, _stacklevel=3, dtype=None)
@@ -80,7 +79,7 @@ def _forward_routes(name: str, original: Callable, ours: Callable, fast: Callabl
                 y = fast(input, dim, dtype)
                 if y is not None:
                     return y
-            if _serves(input, dim, dtype) and _autocast_serves(input):
+            elif _serves(input, dim, dtype) and _autocast_serves(input):
                 return ours(input, dim, _autocast_dtype(input, dtype))
             return original(input, dim, _stacklevel, dtype)
 
@@ -89,12 +88,13 @@ def _forward_routes(name: str, original: Callable, ours: Callable, fast: Callabl
     # torch.softmax(input, dim, dtype=None), Tensor.softmax(self, dim, dtype=None)
     @functools.wraps(original)
     def routed(input, dim=_MISSING, dtype=None, *args, **kwargs):
-        if not args and not kwargs and not _is_compiling() and not _torch_function_mode():
-            y = fast(input, dim, dtype)
-            if y is not None:
-                return y
-        if not args and not kwargs and _serves(input, dim, dtype) and _autocast_serves(input):
-            return ours(input, dim, _autocast_dtype(input, dtype))
+        if not args and not kwargs:
+            if not _is_compiling() and not _torch_function_mode():
+                y = fast(input, dim, dtype)
+                if y is not None:
+                    return y
+            elif _serves(input, dim, dtype) and _autocast_serves(input):
+                return ours(input, dim, _autocast_dtype(input, dtype))
         if dim is _MISSING:
             return original(input, *args, **kwargs)
         if args or dtype is None:

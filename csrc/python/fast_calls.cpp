@@ -61,6 +61,18 @@ bool arg_count(const char* op, Py_ssize_t nargs, Py_ssize_t expected) {
   return false;
 }
 
+// The forward op through the dispatcher, without the GIL; a new Python tensor.
+template <bool kLog>
+PyObject* call_forward(const at::Tensor& x, int64_t dim, std::optional<c10::ScalarType> dtype) {
+  static const auto handle = find_op<ForwardSig>(kLog ? "softmax_ext::log_softmax" : "softmax_ext::softmax");
+  at::Tensor y;
+  {
+    pybind11::gil_scoped_release no_gil;
+    y = handle.call(x, dim, dtype);
+  }
+  return THPVariable_Wrap(std::move(y));
+}
+
 // (x, dim, dtype) -> y
 template <bool kLog>
 PyObject* forward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
@@ -71,14 +83,7 @@ PyObject* forward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs)
   if (!arg_count(op, nargs, 3) || !tensor_arg(op, "x", args[0]) || !int_arg(op, "dim", args[1], dim) ||
       !dtype_arg(op, args[2], dtype))
     return nullptr;
-  static const auto handle = find_op<ForwardSig>(kLog ? "softmax_ext::log_softmax" : "softmax_ext::softmax");
-  const at::Tensor& x = THPVariable_Unpack(args[0]);
-  at::Tensor y;
-  {
-    pybind11::gil_scoped_release no_gil;
-    y = handle.call(x, dim, dtype);
-  }
-  return THPVariable_Wrap(std::move(y));
+  return call_forward<kLog>(THPVariable_Unpack(args[0]), dim, dtype);
   END_HANDLE_TH_ERRORS
 }
 
@@ -116,13 +121,7 @@ PyObject* route(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_Clear();
     Py_RETURN_NONE;
   }
-  static const auto handle = find_op<ForwardSig>(kLog ? "softmax_ext::log_softmax" : "softmax_ext::softmax");
-  at::Tensor y;
-  {
-    pybind11::gil_scoped_release no_gil;
-    y = handle.call(x, dim, dtype);
-  }
-  return THPVariable_Wrap(std::move(y));
+  return call_forward<kLog>(x, dim, dtype);
   END_HANDLE_TH_ERRORS
 }
 
