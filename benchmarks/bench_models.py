@@ -2,12 +2,12 @@
 eager and torch.compile, in one process.
 
     python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
-        [--dtypes bfloat16,float32] [--modes eager,compiled]
+        [--dtypes bfloat16,float32] [--modes eager,compiled] [--batch 4]
         [--variants torch,patch,integration] [--rounds 8] [--steps 3] [--csv PATH]
 
 Each model is a small random-init Hugging Face config (eager attention, no
-dropout) trained with AdamW on fixed random data: 4 sequences of 512 tokens
-(ViT: 16 images of 224x224; CLIP: 16 image-text pairs). Variants:
+dropout) trained with AdamW on fixed random data: --batch (4) sequences of 512 tokens
+(ViT: 4 x batch images of 224x224; CLIP: 4 x batch image-text pairs). Variants:
 - torch: the model as it is;
 - patch: softmax_ext.patch() (torch.softmax, F.softmax, F.cross_entropy, ...
   routed to softmax_ext);
@@ -41,11 +41,12 @@ import softmax_ext
 MODELS = ("gpt2", "bert", "llama", "vit", "t5", "clip")
 
 
-def build(name: str):
-    """(model, make_batch(generator) -> kwargs) for a small random-init config."""
+def build(name: str, batch: int = 4):
+    """(model, make_batch(generator) -> kwargs) for a small random-init config,
+    `batch` sequences of 512 tokens a step (ViT and CLIP: 4 * batch images)."""
     import transformers as tf
 
-    seq, batch = 512, 4
+    seq = 512
     common = dict(attn_implementation="eager")
     if name == "gpt2":
         cfg = tf.GPT2Config(vocab_size=50257, n_embd=512, n_layer=4, n_head=8, n_positions=seq,
@@ -70,8 +71,8 @@ def build(name: str):
         model = tf.ViTForImageClassification(cfg)
 
         def make_vit(g, device):
-            return dict(pixel_values=torch.randn(16, 3, 224, 224, generator=g).to(device),
-                        labels=torch.randint(0, 1000, (16,), generator=g).to(device))
+            return dict(pixel_values=torch.randn(4 * batch, 3, 224, 224, generator=g).to(device),
+                        labels=torch.randint(0, 1000, (4 * batch,), generator=g).to(device))
 
         return model, make_vit
     elif name == "clip":
@@ -84,8 +85,8 @@ def build(name: str):
         model = tf.CLIPModel(cfg)
 
         def make_clip(g, device):
-            return dict(input_ids=torch.randint(0, 49408, (16, 77), generator=g).to(device),
-                        pixel_values=torch.randn(16, 3, 224, 224, generator=g).to(device), return_loss=True)
+            return dict(input_ids=torch.randint(0, 49408, (4 * batch, 77), generator=g).to(device),
+                        pixel_values=torch.randn(4 * batch, 3, 224, 224, generator=g).to(device), return_loss=True)
 
         return model, make_clip
     else:
@@ -127,9 +128,9 @@ class Case:
     """One variant of one model: its own weights (the same initial values for
     every variant), optimiser, compiled function and data."""
 
-    def __init__(self, name, dtype, mode, variant, device):
+    def __init__(self, name, dtype, mode, variant, device, batch=4):
         torch.manual_seed(0)
-        model, make_batch = build(name)
+        model, make_batch = build(name, batch)
         self.model = model.to(device=device, dtype=dtype).train()
         if hasattr(self.model.config, "use_cache"):
             self.model.config.use_cache = False
@@ -177,14 +178,14 @@ class Case:
                 self.losses.append(float(loss))
 
 
-def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_profile):
+def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_profile, batch=4):
     """The variants of one (model, dtype, mode), timed in interleaved rounds
     (each round runs every variant for `steps` steps, in a rotating order), so
     that drifts of the machine fall on every variant alike."""
     cases = []
     for variant in variants:
         try:
-            case = Case(name, dtype, mode, variant, device)
+            case = Case(name, dtype, mode, variant, device, batch)
             case.run(warmup, timed=False)
             cases.append(case)
         except Exception as e:  # noqa: BLE001  (a crash is a result to record)
@@ -266,6 +267,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--loss-profile", action="store_true", help="profile the loss kernels of the llama model")
+    parser.add_argument("--batch", type=int, default=4,
+                        help="sequences of 512 tokens a step (ViT, CLIP: 4x this many images); "
+                             "larger batches make the steps GPU-bound")
     parser.add_argument("--csv", default=None)
     args = parser.parse_args(argv)
     if min(args.steps, args.warmup, args.rounds) < 1:
@@ -282,14 +286,14 @@ def main(argv=None) -> int:
         f = open(args.csv, "w", newline="")
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
-    print(f"training steps on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"training steps on {torch.cuda.get_device_name()}, torch {torch.__version__}, batch {args.batch}")
     for name in args.models.split(","):
         for dtype_name in args.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             for mode in args.modes.split(","):
                 torch._dynamo.reset()
                 found = run_model(name, dtype, mode, args.variants.split(","), args.steps, args.warmup,
-                                  args.rounds, device, args.loss_profile and name == "llama")
+                                  args.rounds, device, args.loss_profile and name == "llama", args.batch)
                 base = next((r for r in found if r["variant"] == "torch" and "step_ms" in r), None)
                 for row in found:
                     if base is not None and "step_ms" in row:

@@ -87,6 +87,9 @@ def test_patch_leaves_unserved_calls_to_torch(entry):
     ints = torch.arange(12).reshape(3, 4)
     cplx = torch.randn(3, 4, dtype=torch.complex64)
     sparse = torch.randn(3, 4).to_sparse()
+    x = torch.randn(3, 4)
+    sub = torch.randn(3, 4).as_subclass(_Subclass)
+    deep = torch.randn(1, 1, 1, 1, 1, 1, 1, 3, 4)
 
     def outcomes():
         results = []
@@ -94,13 +97,13 @@ def test_patch_leaves_unserved_calls_to_torch(entry):
             lambda: call(ints, 1),  # integer input without dtype: torch's error
             lambda: call(ints, 1, dtype=torch.float32),
             lambda: call(cplx, 1),
-            lambda: call(torch.randn(3, 4), "b"),  # a dimension name
+            lambda: call(x, "b"),  # a dimension name
             lambda: call(sparse, 1),
-            lambda: call(torch.randn(3, 4), 2),  # dim out of range
-            lambda: call(torch.randn(3, 4), 1.0),  # wrong type
-            lambda: call(torch.randn(3, 4), True),  # a bool dim (torch reads it as 1)
-            lambda: call(torch.randn(3, 4).as_subclass(_Subclass), 1),  # a tensor subclass
-            lambda: call(torch.randn(1, 1, 1, 1, 1, 1, 1, 3, 4), -1),  # more dims than softmax_ext takes
+            lambda: call(x, 2),  # dim out of range
+            lambda: call(x, 1.0),  # wrong type
+            lambda: call(x, True),  # a bool dim (torch reads it as 1)
+            lambda: call(sub, 1),  # a tensor subclass
+            lambda: call(deep, -1),  # more dims than softmax_ext takes
         ):
             try:
                 with warnings.catch_warnings():

@@ -18,14 +18,16 @@
 //
 // CTA = 2 warpgroups (256 threads) = 128 rows of d1 (64 per warpgroup) x BN
 // columns of d3, one batch entry; loop over d2 in tiles of 64 columns. Each
-// stage of the 4-deep cp.async pipeline holds the x tile (128 x 64, 16 KiB)
+// stage of the 4-deep pipeline (TMA: one thread issues the tile's boxes, an
+// mbarrier per stage completes; cp.async by every thread where the driver
+// makes no tensor map) holds the x tile (128 x 64, 16 KiB)
 // and the V tile (64 x BN), both in the 128-byte-swizzled layout (16-byte
 // chunk c of a 128-byte row r stored at c ^ (r % 8)): x is read with
 // ldmatrix into the wgmma A-fragment layout, V by wgmma through a matrix
 // descriptor (N-major, SWIZZLE_128B: 64 columns x 64 rows of d2 per 8 KiB
 // block; LBO = 8 KiB between the 64-column blocks, SBO = 1 KiB between groups
 // of 8 rows). Tails: rows of x past d1 and rows of V past d2 / columns past
-// d3 are zero-filled by cp.async; columns of x past d2 are set to -inf in
+// d3 are zero-filled (TMA's out-of-bounds fill, or cp.async's); columns of x past d2 are set to -inf in
 // registers. The plan takes this kernel only for 16-byte aligned rows
 // (strides multiple of 8 elements, aligned base pointers).
 #include "cuda/families/softmax_matmul/cuda_launch.h"
@@ -55,7 +57,7 @@ struct Cfg {
   static constexpr int kVBytes = kBK * BN * 2;
   static constexpr int kStageBytes = kVBytes + kXBytes;  // V first: 1 KiB aligned
   static constexpr int kBarOffset = kStages * kStageBytes;  // TMA: one mbarrier per stage
-  static constexpr int kSmem = kStages * kStageBytes + 64 + 1024;
+  static constexpr int kSmem = kStages * kStageBytes + 8 * kStages + 1024;  // + the mbarriers
   static constexpr int kAcc = BN / 2;  // f32 accumulators per thread
 };
 
@@ -165,48 +167,23 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// The same, written to this offset in both CTAs of a 2-CTA cluster (each
-// completing on its own mbarrier at `bar`'s offset).
-__device__ __forceinline__ void tma_load_3d_mc2(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                                uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(static_cast<uint16_t>(3))
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 // The tile `kt` by TMA (one thread): V as BN / 64 boxes of 64 x 64, x as one
 // box of 64 columns x 128 rows, 128-byte swizzled, zero fill past the edges.
-// MC (2-CTA cluster of two row blocks): this CTA loads half of the V boxes
-// into both CTAs (multicast), its peer the other half.
-template <int BN, bool MC>
+template <int BN>
 __device__ __forceinline__ void tma_tile(uint32_t stage, uint32_t bar, const CUtensorMap* tmx,
-                                         const CUtensorMap* tmv, int n0, int row0, int k0, int b, int rank) {
+                                         const CUtensorMap* tmv, int n0, int row0, int k0, int b) {
   mbar_expect_tx(bar, Cfg<BN>::kStageBytes);
-  if constexpr (MC) {
-    constexpr int kHalf = BN / 128;
 #pragma unroll
-    for (int i = 0; i < kHalf; ++i) {
-      const int j = rank * kHalf + i;
-      tma_load_3d_mc2(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < BN / 64; ++j) tma_load_3d(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
-  }
+  for (int j = 0; j < BN / 64; ++j) tma_load_3d(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
   tma_load_3d(stage + Cfg<BN>::kVBytes, tmx, k0, row0, b, bar);
 }
 #endif
 
-// LOAD: kCpAsync: cp.async by every thread; kTma: TMA (tensor maps tmx, tmv;
-// one thread issues, an mbarrier per stage completes); kTmaCluster: TMA in
-// clusters of 2 CTAs (two row blocks of one d3 block) that share each V tile
-// by multicast, so the L2 delivers V once per pair.
-enum Load : int { kCpAsync = 0, kTma = 1, kTmaCluster = 2 };
+// LOAD: kCpAsync: cp.async by every thread (where no tensor map can be
+// made); kTma: TMA (tensor maps tmx, tmv; one thread issues, an mbarrier per
+// stage completes), a stage refilled after a block-wide barrier. (Per-stage
+// "empty" mbarriers in place of that barrier measured no faster.)
+enum Load : int { kCpAsync = 0, kTma = 1 };
 
 template <typename T, int BN, int LOAD>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -219,12 +196,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  constexpr bool TMA = LOAD != kCpAsync, MC = LOAD == kTmaCluster;
+  constexpr bool TMA = LOAD == kTma;
   const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  // kTmaCluster: blockIdx.x = rank + 2 (nb + nblocks_n * pair), row block 2 pair + rank.
-  const int rank = MC ? static_cast<int>(blockIdx.x & 1) : 0;
-  const int64_t q = MC ? blockIdx.x >> 1 : blockIdx.x;
-  const int64_t nb = q % nblocks_n, mb = MC ? 2 * (q / nblocks_n) + rank : q / nblocks_n;
+  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
   const int64_t b = batch0 + blockIdx.y;
   const int64_t n0 = nb * BN, row0 = mb * kBM;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
@@ -254,12 +228,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
       fence_proxy_async();
     }
-    if constexpr (MC) cluster_sync();  // the peer's barriers exist before anything is multicast into it
-    else __syncthreads();
+    __syncthreads();
     if (tid == 0) {
       for (int s = 0; s < kStages - 1 && s < nk; ++s)
-        tma_tile<BN, MC>(smem + s * C::kStageBytes, bars + 8 * s, &tmx, &tmv, static_cast<int>(n0),
-                         static_cast<int>(row0), s * kBK, static_cast<int>(b), rank);
+        tma_tile<BN>(smem + s * C::kStageBytes, bars + 8 * s, &tmx, &tmv, static_cast<int>(n0),
+                     static_cast<int>(row0), s * kBK, static_cast<int>(b));
     }
     mbar_wait(bars, 0);
   } else {
@@ -291,13 +264,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt + 1 < nk) {
       const int kn = kt + kStages - 1;
       if constexpr (TMA) {
-        // every warpgroup (of both CTAs, with multicast) done with tile kt - 1: its stage is refilled now
-        if constexpr (MC) cluster_sync();
-        else __syncthreads();
+        // every warp done with tile kt - 1 (its wgmma waited at the end of
+        // the last iteration): its stage is refilled now
+        __syncthreads();
         if (tid == 0 && kn < nk)
-          tma_tile<BN, MC>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, bars + 8 * (kn % kStages),
-                           &tmx, &tmv, static_cast<int>(n0), static_cast<int>(row0), kn * kBK, static_cast<int>(b),
-                           rank);
+          tma_tile<BN>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, bars + 8 * (kn % kStages),
+                       &tmx, &tmv, static_cast<int>(n0), static_cast<int>(row0), kn * kBK, static_cast<int>(b));
         mbar_wait(bars + 8 * ((kt + 1) % kStages), ((kt + 1) / kStages) & 1);
       } else {
         cp_async_wait<kStages - 3>();
@@ -335,8 +307,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
     }
   }
-
-  if constexpr (MC) cluster_sync();  // no CTA leaves while its peer may still multicast into it
 
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
@@ -398,44 +368,18 @@ bool make_maps(const Args& a, CUtensorMap* tmx, CUtensorMap* tmv) {
 template <typename T, int BN>
 void launch(const Args& a) {
   using C = Cfg<BN>;
-  // SOFTMAX_EXT_SMM_TMA=1: TMA loads (opt-in until measured on the device).
-  const char* tma_env = std::getenv("SOFTMAX_EXT_SMM_TMA");
-  const bool tma_on = tma_env != nullptr && tma_env[0] == '1';
-  // SOFTMAX_EXT_SMM_CLUSTER=0: TMA without the 2-CTA multicast of V (A/B work).
-  const char* cluster_env = std::getenv("SOFTMAX_EXT_SMM_CLUSTER");
-  const bool cluster_on = cluster_env == nullptr || cluster_env[0] != '0';
+  // TMA where the driver makes the tensor maps; SOFTMAX_EXT_SMM_CPASYNC=1: cp.async (A/B work).
+  const char* cp_env = std::getenv("SOFTMAX_EXT_SMM_CPASYNC");
   CUtensorMap tmx{}, tmv{};
-  const bool tma = tma_on && a.d1 < (int64_t{1} << 31) && a.d2 < (int64_t{1} << 31) && a.batch < (int64_t{1} << 31) &&
-                   make_maps<T>(a, &tmx, &tmv);
-  const int64_t mblocks = (a.d1 + kBM - 1) / kBM, nblocks = (a.d3 + BN - 1) / BN;
-  const bool mc = tma && cluster_on && BN >= 128 && mblocks >= 2;
+  const bool tma = !(cp_env != nullptr && cp_env[0] == '1') && a.d1 < (int64_t{1} << 31) &&
+                   a.d2 < (int64_t{1} << 31) && a.batch < (int64_t{1} << 31) && make_maps<T>(a, &tmx, &tmv);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
-  if constexpr (BN >= 128) {
-    if (mc) kernel = &smm_wgmma_kernel<T, BN, kTmaCluster>;
-  }
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  // with clusters, an even number of row blocks (a last one past d1 only loads zeros)
-  const int64_t blocks = nblocks * (mc ? 2 * ((mblocks + 1) / 2) : mblocks);
+  const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
   for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-    if (mc) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = grid;
-      cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = C::kSmem;
-      cfg.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 2;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, b0, tmx, tmv));
-    } else {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv);
-    }
+    kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 }
