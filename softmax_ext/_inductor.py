@@ -26,7 +26,11 @@ loss is recomputed from the float32 log-sum-exp the op returns and the
 target logits (an O(N) gather), so it equals the float32 call's. The
 backward, pointwise once the log-sum-exp is known, becomes aten ops on the
 16-bit logits that Inductor fuses with the gradient's cast back to 16 bits
-(and with whatever else AOTAutograd adds to it) into one pass.
+(and with whatever else AOTAutograd adds to it) into one pass. Logits that
+are no upcast (float32 models, the transformers integration's 16-bit
+logits) get the same pointwise backward: a model that returns its logits
+has AOTAutograd add their tangent to the gradient, and Inductor fuses that
+add in (label_smoothing 0; the forward keeps softmax_ext's kernel).
 
 SOFTMAX_EXT_INDUCTOR_HANDOFF=0 in the environment keeps every call on
 softmax_ext's kernels as traced. The numerics are those of the ops:
@@ -181,25 +185,30 @@ def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight
                             label_smoothing):
     """Given the row log-sum-exp, the gradient is pointwise: s_i * w[t_i] *
     (exp(x_ic - lse_i) - [c = t_i]), zero rows for ignored targets. Written
-    in aten ops on the 16-bit logits, it becomes one Inductor kernel with
-    its neighbours (the cast of the gradient back to 16 bits, and the
-    tangent of a model output that returns the logits, which AOTAutograd
-    adds to it): one read of the logits and one write of the gradient, where
-    an opaque kernel would leave those to a second pass. float32 math, the
-    true class's p - 1 included."""
-    x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
-    if x16 is None:
+    in aten ops, it becomes one Inductor kernel with its neighbours (the
+    cast of the gradient back to 16 bits where the logits were an upcast,
+    and the tangent of a model output that returns the logits, which
+    AOTAutograd adds to the gradient): one read of the logits and one write
+    of the gradient, where an opaque kernel would leave those to a second
+    pass. Upcast 16-bit logits are read as the 16-bit tensor; the math is
+    float32 (float64 for float64 logits), the true class's p - 1 included;
+    the gradient has the logits' dtype, as the op's."""
+    if label_smoothing != 0.0 or not logits.is_floating_point() or logits.dim() != 2:
         return NotImplemented
+    x = _upcast_source(logits)
+    if x is None:
+        x = logits
+    math = _math_dtype(logits.dtype)
     keep, safe = kept_targets(target, ignore_index)
-    s = grad_loss.to(torch.float32)
+    s = grad_loss.to(math)
     if reduction == "mean":
-        s = s / total_weight
+        s = s / total_weight.to(math)
     if weight is not None:
-        s = s * weight.to(torch.float32)[safe]
-    s = torch.where(keep, s, torch.zeros_like(lse))
-    p = torch.exp(x16.to(torch.float32) - lse.unsqueeze(1))
-    true_class = torch.arange(x16.shape[1], device=x16.device).unsqueeze(0) == safe.unsqueeze(1)
-    return (p - true_class.to(torch.float32)) * s.unsqueeze(1)
+        s = s * weight.to(math)[safe]
+    s = torch.where(keep, s, torch.zeros_like(s))
+    p = torch.exp(x.to(math) - lse.to(math).unsqueeze(1))
+    true_class = torch.arange(x.shape[1], device=x.device).unsqueeze(0) == safe.unsqueeze(1)
+    return ((p - true_class.to(math)) * s.unsqueeze(1)).to(logits.dtype)
 
 
 def table():

@@ -201,3 +201,41 @@ def test_loss_upcast_folds_on_cpu(handoff_on_cpu, kwargs):
     # with the gradient's cast (label smoothing keeps the op)
     calls_op = "torch.ops.softmax_ext._cross_entropy_backward.default(" in code
     assert calls_op == ("label_smoothing" in kwargs), code
+
+
+def _lm_step_logits_used(h, w, target, kwargs):
+    """A head whose logits (no upcast) feed the loss and a second term, as a
+    model that returns its logits: AOTAutograd adds that term's gradient to
+    the loss's."""
+    logits = h @ w
+    loss = softmax_ext.cross_entropy(logits, target, **kwargs)
+    (loss.sum() + (logits.float() * 0.5).sum()).backward()
+    return loss
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=dtype_id)
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "none"}, {"weight": "w"}, {"label_smoothing": 0.1}],
+                         ids=["mean", "none", "weight", "smoothing"])
+def test_loss_backward_fuses_without_upcast(kwargs, dtype):
+    """Logits that are no upcast (a float32 model, the integration's 16-bit
+    logits): the backward is generated code, fused with the added gradient;
+    label smoothing keeps the op. Values against float64 torch."""
+    n, c, k = 40, 300, 16
+    h = make_input((n, k), dtype, "cpu", seed=16).requires_grad_()
+    w = make_input((k, c), dtype, "cpu", seed=17, scale=0.3).requires_grad_()
+    target = torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(18))
+    target[::5] = -100
+    if kwargs.get("weight") == "w":
+        kwargs = {"weight": (torch.rand(c, generator=torch.Generator().manual_seed(19)) + 0.5).to(dtype)}
+    loss, code = _compiled_code(_lm_step_logits_used, h, w, target, kwargs, fullgraph=False)
+    calls_op = "torch.ops.softmax_ext._cross_entropy_backward.default(" in code
+    assert calls_op == ("label_smoothing" in kwargs), code
+    assert "softmax_ext._cross_entropy_forward" in code
+    h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    logits = (h64 @ w64).to(dtype).double()
+    kw64 = {key: (v.double() if torch.is_tensor(v) else v) for key, v in kwargs.items()}
+    ref = torch.nn.functional.cross_entropy(logits, target, **kw64)
+    torch.testing.assert_close(loss.double(), ref.detach(), **TOLERANCES[dtype])
+    (ref.sum() + (logits * 0.5).sum()).backward()
+    for got, want in zip((h.grad, w.grad), (h64.grad, w64.grad)):
+        torch.testing.assert_close(got.double(), want, **BACKWARD_TOLERANCES[dtype])
