@@ -380,6 +380,28 @@ def test_cuda_aligned_backward(dtype, shape):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(2, 132, 200, 264), (1, 1, 8, 8), (2, 64, 64, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_backward_loads_agree(dtype, shape, monkeypatch):
+    # on sm_90 the fused backward kernels load their tiles by TMA where the
+    # tensor maps can be made and by cp.async with SOFTMAX_EXT_SMM_CPASYNC=1:
+    # the same shared-memory tiles (zero fill past the edges either way), so
+    # the same gradients bit for bit (dX with 128 and with 256 columns)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 48, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 49)
+    go = randn((b, d1, d3), dtype, "cuda", 50)
+    for dx_bn in ("128", "256"):
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_DX_BN", dx_bn)
+        monkeypatch.delenv("SOFTMAX_EXT_SMM_CPASYNC", raising=False)
+        dx, dv = _grads(x, v, go)
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_CPASYNC", "1")
+        cx, cv = _grads(x, v, go)
+        assert torch.equal(dx, cx) and torch.equal(dv, cv), dx_bn
+
+
+@requires_cuda
 @pytest.mark.parametrize("allow_tf32", [False, True], ids=["exact", "tf32"])
 @pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 70, 36, 20)], ids=lambda s: "x".join(map(str, s)))
 def test_cuda_aligned_tiles_f32(shape, allow_tf32):

@@ -35,9 +35,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
-
-#include <cuda.h>
-#include <cudaTypedefs.h>
+#include "cuda/families/softmax_matmul/tma.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -143,30 +141,6 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&p)[4][4], uint32_t x_add
 #endif  // SMM_SM90A_DEVICE
 
 #ifdef SMM_SM90A_DEVICE
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t phase) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(phase)
-      : "memory");
-}
-// A 3-d box of `map` at (c0 innermost, c1, c2) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                            uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
 // The tile `kt` by TMA (one thread): V as BN / 64 boxes of 64 x 64, x as one
 // box of 64 columns x 128 rows, 128-byte swizzled, zero fill past the edges.
 template <int BN>
@@ -179,11 +153,11 @@ __device__ __forceinline__ void tma_tile(uint32_t stage, uint32_t bar, const CUt
 }
 #endif
 
-// LOAD: kCpAsync: cp.async by every thread (where no tensor map can be
-// made); kTma: TMA (tensor maps tmx, tmv; one thread issues, an mbarrier per
-// stage completes), a stage refilled after a block-wide barrier. (Per-stage
-// "empty" mbarriers in place of that barrier measured no faster.)
-enum Load : int { kCpAsync = 0, kTma = 1 };
+// LOAD (tma.cuh): kCpAsync: cp.async by every thread (where no tensor map
+// can be made); kTma: TMA (tensor maps tmx, tmv; one thread issues, an
+// mbarrier per stage completes), a stage refilled after a block-wide
+// barrier. (Per-stage "empty" mbarriers in place of that barrier measured no
+// faster.)
 
 template <typename T, int BN, int LOAD>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -225,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      fence_mbarrier_init();
       fence_proxy_async();
     }
     __syncthreads();
@@ -319,50 +293,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Tensor maps of x (d2, d1, batch) and V (d3, d2, batch), 16-bit, 128-byte
-// swizzle, boxes of 64 columns x 128 (x) / 64 (V) rows. False where the
-// driver refuses them (the caller then takes the cp.async kernel).
+// swizzle, boxes of 64 columns x 128 (x) / 64 (V) rows. False where they
+// cannot be made (map_16bit_3d; the caller then takes the cp.async kernel).
 template <typename T>
 bool make_maps(const Args& a, CUtensorMap* tmx, CUtensorMap* tmv) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  if (encode == nullptr) return false;
-  const int64_t es = 2;
-  if (a.batch > 1 && (a.x_batch_stride <= 0 || a.v_batch_stride <= 0)) return false;  // expanded: no TMA
-  const CUtensorMapDataType dt =
-      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const cuuint32_t estr[3] = {1, 1, 1};
-  {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d2), static_cast<cuuint64_t>(a.d1),
-                                static_cast<cuuint64_t>(a.batch)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.x_row_stride * es),
-                                   static_cast<cuuint64_t>((a.batch > 1 ? a.x_batch_stride : a.x_row_stride * a.d1) * es)};
-    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(kBM), 1};
-    if (encode(tmx, dt, 3, const_cast<void*>(a.x), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-      return false;
-  }
-  {
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.d3), static_cast<cuuint64_t>(a.d2),
-                                static_cast<cuuint64_t>(a.batch)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.v_row_stride * es),
-                                   static_cast<cuuint64_t>((a.batch > 1 ? a.v_batch_stride : a.v_row_stride * a.d2) * es)};
-    const cuuint32_t box[3] = {64, 64, 1};
-    if (encode(tmv, dt, 3, const_cast<void*>(a.v), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-      return false;
-  }
-  return true;
+  return map_16bit_3d<T>(tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, kBM) &&
+         map_16bit_3d<T>(tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, kBK);
 }
 
 template <typename T, int BN>
@@ -371,8 +307,7 @@ void launch(const Args& a) {
   // TMA where the driver makes the tensor maps; SOFTMAX_EXT_SMM_CPASYNC=1: cp.async (A/B work).
   const char* cp_env = std::getenv("SOFTMAX_EXT_SMM_CPASYNC");
   CUtensorMap tmx{}, tmv{};
-  const bool tma = !(cp_env != nullptr && cp_env[0] == '1') && a.d1 < (int64_t{1} << 31) &&
-                   a.d2 < (int64_t{1} << 31) && a.batch < (int64_t{1} << 31) && make_maps<T>(a, &tmx, &tmv);
+  const bool tma = !(cp_env != nullptr && cp_env[0] == '1') && make_maps<T>(a, &tmx, &tmv);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();

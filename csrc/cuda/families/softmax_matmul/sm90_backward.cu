@@ -15,11 +15,16 @@
 //                                    in registers as the A operand while the
 //                                    previous tile's wgmma runs, B = dO N-major).
 //
-// Both kernels: 2 warpgroups, cp.async pipelines with zero fill at the tails,
-// wgmma (sm90_common.cuh). The plan takes them for 16-byte aligned rows with
-// d2 and d3 multiples of 8 (plan.cpp).
+// Both kernels: 2 warpgroups, wgmma (sm90_common.cuh), a pipeline of stages
+// in the 128-byte-swizzled layout filled by TMA (tma.cuh: one thread issues a
+// stage's boxes, an mbarrier per stage completes, a block-wide barrier before
+// a stage is refilled) where the tensor maps can be made, by cp.async from
+// every thread otherwise (SOFTMAX_EXT_SMM_CPASYNC=1 forces it, as for the
+// forward); zero fill at the tails either way. The plan takes them for
+// 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/tma.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -87,8 +92,10 @@ template <int BN>
 struct DxCfg {
   static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x 64 columns (d3), K-major
   static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x 64 columns
-  static constexpr int kStageBytes = kVBytes + kOBytes;
-  static constexpr int kSmem = kDxStages * kStageBytes + 1024;
+  static constexpr int kStageBytes = kVBytes + kOBytes;  // multiples of 1 KiB: every tile 1 KiB aligned
+  static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
+  static constexpr int kBarOffset = kDxStages * kStageBytes;  // TMA: one mbarrier per stage
+  static constexpr int kSmem = kDxStages * kStageBytes + 8 * kDxStages + 1024;
 };
 
 #ifdef SMM_SM90A_DEVICE
@@ -99,29 +106,60 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
   load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
   load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
 }
+
+// The same by TMA (one thread): V as one box of 64 columns x BN rows, dO as
+// one box of 64 columns x 128 rows; the layout dx_load writes.
+template <int BN>
+__device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
+                                       int row0, int n0, int k0, int b) {
+  mbar_expect_tx(bar, DxCfg<BN>::kTxBytes);
+  tma_load_3d(stage, tmv, k0, n0, b, bar);
+  tma_load_3d(stage + DxCfg<BN>::kVBytes, tmo, k0, row0, b, bar);
+}
 #endif
 
 #ifdef SMM_SM90A_DEVICE
-// The pipelined main loop of both backward kernels: kS stages of cp.async
-// loads in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments
-// of 16 columns a stage) x B (the stage in shared memory) with wgmma, the
-// next stage's A fragments read while the current wgmma runs.
-//   load(stage_address, k): issue stage k's cp.async copies;
+// The pipelined main loop of both backward kernels: kS stages, kS - 1 loads
+// in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments of 16
+// columns a stage) x B (the stage in shared memory) with wgmma, the next
+// stage's A fragments read while the current wgmma runs.
+//   LOAD (tma.cuh): kCpAsync: load(stage_address, k, bar) issues stage k's
+//     cp.async copies (every thread; bar unused); kTma: thread 0 calls it to
+//     issue stage k's boxes and the arrive.expect_tx on bar, the mbarrier of
+//     the stage (at bars + 8 * (k % kS)), which every thread waits on with
+//     the parity (k / kS) & 1; a block-wide barrier (every warp done with the
+//     stage) precedes each refill;
 //   fetch(frags, stage_address): the A fragments of a landed stage;
 //   kDescStep: bytes between the B descriptors of the 4 fragments (TB: B's
 //   major-ness, as wgmma_rs takes it).
-template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, typename Load, typename Fetch>
-__device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, int nk, uint64_t desc_base,
-                                               const Load& load, const Fetch& fetch) {
+template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, int LOAD, typename LoadFn,
+          typename Fetch>
+__device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, uint32_t bars, int nk,
+                                               uint64_t desc_base, const LoadFn& load, const Fetch& fetch) {
+  constexpr bool TMA = LOAD == kTma;
   uint32_t fa[4][4], fb[4][4];
+  if constexpr (TMA) {
+    if (threadIdx.x == 0) {
 #pragma unroll
-  for (int s = 0; s < kS - 1; ++s) {
-    if (s < nk) load(smem + s * kStageBytes, s);
-    cp_async_commit();
+      for (int s = 0; s < kS; ++s) mbar_init(bars + 8 * s, 1);
+      fence_mbarrier_init();
+      fence_proxy_async();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kS - 1 && s < nk; ++s) load(smem + s * kStageBytes, s, bars + 8 * s);
+    }
+    mbar_wait(bars, 0);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kS - 1; ++s) {
+      if (s < nk) load(smem + s * kStageBytes, s, 0u);
+      cp_async_commit();
+    }
+    cp_async_wait<kS - 2>();
+    fence_proxy_async();
+    __syncthreads();
   }
-  cp_async_wait<kS - 2>();
-  fence_proxy_async();
-  __syncthreads();
   fetch(fa, smem);
 
   for (int kt = 0; kt < nk; ++kt) {
@@ -133,12 +171,21 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
     for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
     wgmma_commit();
     if (kt + 1 < nk) {
-      cp_async_wait<kS - 3>();
-      fence_proxy_async();
-      __syncthreads();
       const int kn = kt + kS - 1;
-      if (kn < nk) load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn);
-      cp_async_commit();
+      if constexpr (TMA) {
+        // every warp done with tile kt - 1 (its wgmma waited, its fragments
+        // fetched in earlier iterations): its stage is refilled now
+        __syncthreads();
+        if (threadIdx.x == 0 && kn < nk)
+          load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn, bars + 8 * (kn % kS));
+        mbar_wait(bars + 8 * ((kt + 1) % kS), ((kt + 1) / kS) & 1);
+      } else {
+        cp_async_wait<kS - 3>();
+        fence_proxy_async();
+        __syncthreads();
+        if (kn < nk) load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn, 0u);
+        cp_async_commit();
+      }
       fetch(fb, smem + static_cast<uint32_t>((kt + 1) % kS) * kStageBytes);
     }
     wgmma_wait<0>();
@@ -158,8 +205,12 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
 }
 #endif
 
-template <typename T, int BN>
-__global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel(BwdArgs a, int64_t batch0) {
+// LOAD: kTma with the tensor maps tmv (V, box 64 x BN) and tmo (dO, box 64 x
+// 128); kCpAsync ignores them.
+template <typename T, int BN, int LOAD>
+__global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
+    smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
+                      const __grid_constant__ CUtensorMap tmo) {
 #ifdef SMM_SM90A_DEVICE
   using C = DxCfg<BN>;
   constexpr int kS = kDxStages;
@@ -183,9 +234,15 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1) smm_bwd_dx_kernel
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32>(
-      acc, smem, nk, desc_base,
-      [&](uint32_t stage, int k) { dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * 64); },
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD>(
+      acc, smem, smem + C::kBarOffset, nk, desc_base,
+      [&](uint32_t stage, int k, uint32_t bar) {
+        if constexpr (LOAD == kTma)
+          dx_tma<BN>(stage, bar, &tmv, &tmo, static_cast<int>(row0), static_cast<int>(n0), 64 * k,
+                     static_cast<int>(b));
+        else
+          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * 64);
+      },
       [&](uint32_t (&f)[4][4], uint32_t stage) {
 #pragma unroll
         for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
@@ -228,8 +285,10 @@ struct DvCfg {
   static constexpr int kOBytes = 64 * BN * 2;     // dO: 64 rows (d1) x BN columns, N-major blocks of 8 KiB
   static constexpr int kXBytes = 64 * 128 * 2;    // x: 64 rows (d1) x 128 columns (d2): two 8 KiB halves
   static constexpr int kLBytes = 1024;            // lse of the 64 rows (256 bytes used)
-  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes;
-  static constexpr int kSmem = kDvStages * kStageBytes + 1024;
+  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes;  // multiples of 1 KiB
+  static constexpr int kTxBytes = kOBytes + kXBytes + 64 * 4;         // TMA bytes a stage
+  static constexpr int kBarOffset = kDvStages * kStageBytes;         // TMA: one mbarrier per stage
+  static constexpr int kSmem = kDvStages * kStageBytes + 8 * kDvStages + 1024;
 };
 
 #ifdef SMM_SM90A_DEVICE
@@ -251,10 +310,29 @@ __device__ __forceinline__ void dv_load(uint32_t stage, const BwdArgs& a, const 
   }
 }
 
+// The same by TMA (one thread): dO as BN / 64 boxes of 64 columns x 64 rows
+// (8 KiB blocks, N-major), x as two boxes of 64 columns x 64 rows (the two
+// 64-column halves one after the other), the lse of the 64 rows as one box of
+// 64 floats (rows past d1 zero-filled, as dv_load's).
+template <int BN>
+__device__ __forceinline__ void dv_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmo, const CUtensorMap* tmx,
+                                       const CUtensorMap* tml, int m0, int n0, int k0, int b) {
+  using C = DvCfg<BN>;
+  mbar_expect_tx(bar, C::kTxBytes);
+#pragma unroll
+  for (int j = 0; j < BN / 64; ++j) tma_load_3d(stage + j * (64 * 128), tmo, n0 + 64 * j, k0, b, bar);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) tma_load_3d(stage + C::kOBytes + h * (64 * 128), tmx, m0 + 64 * h, k0, b, bar);
+  tma_load_2d(stage + C::kOBytes + C::kXBytes, tml, k0, b, bar);
+}
 #endif
 
-template <typename T, int BN>
-__global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int64_t batch0) {
+// LOAD: kTma with the tensor maps tmo (dO, box 64 x 64), tmx (x, box 64 x
+// 64) and tml (lse, box 64); kCpAsync ignores them.
+template <typename T, int BN, int LOAD>
+__global__ void __launch_bounds__(kThreads, 1)
+    smm_bwd_dv_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmo,
+                      const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tml) {
 #ifdef SMM_SM90A_DEVICE
   using C = DvCfg<BN>;
   constexpr int kS = kDvStages;
@@ -310,9 +388,16 @@ __global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int6
       }
   };
 
-  wgmma_mainloop<T, BN, 1, kS, C::kStageBytes, 2048>(
-      acc, smem, nk, desc_base,
-      [&](uint32_t stage, int k) { dv_load<T, BN>(stage, a, xb, gb, lb, m0, n0, int64_t{k} * 64); }, p_of);
+  wgmma_mainloop<T, BN, 1, kS, C::kStageBytes, 2048, LOAD>(
+      acc, smem, smem + C::kBarOffset, nk, desc_base,
+      [&](uint32_t stage, int k, uint32_t bar) {
+        if constexpr (LOAD == kTma)
+          dv_tma<BN>(stage, bar, &tmo, &tmx, &tml, static_cast<int>(m0), static_cast<int>(n0), 64 * k,
+                     static_cast<int>(b));
+        else
+          dv_load<T, BN>(stage, a, xb, gb, lb, m0, n0, int64_t{k} * 64);
+      },
+      p_of);
 
   // Epilogue: dV rows m0 + 64 wg + 16 w + g (+ 8), contiguous (batch, d2, d3).
   T* dvb = static_cast<T*>(a.dv) + b * a.d2 * a.d3;
@@ -333,6 +418,19 @@ __global__ void __launch_bounds__(kThreads, 1) smm_bwd_dv_kernel(BwdArgs a, int6
 #endif
 }
 
+// The lse tensor map: f32 (batch, d1) contiguous as {d1, batch}, boxes of 64
+// x 1, no swizzle. False where it cannot be made (batch > 1 with d1 * 4 not
+// a multiple of 16, a tensor map's stride rule; the dV kernel then takes
+// cp.async).
+inline bool map_lse(CUtensorMap* map, const float* lse, int64_t d1, int64_t batch) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (d1 >= kMax || batch >= kMax || (batch > 1 && (d1 * 4) % 16 != 0)) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(d1), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>((d1 * 4 + 15) / 16 * 16)};  // unread where batch == 1
+  const cuuint32_t box[2] = {64, 1};
+  return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 template <typename T>
 void backward(const BwdArgs& a, int bn_dv) {
   const auto stream = c10::cuda::getCurrentCUDAStream();
@@ -340,16 +438,24 @@ void backward(const BwdArgs& a, int bn_dv) {
   smm_bwd_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
       static_cast<const T*>(a.go), static_cast<const T*>(a.out), a.delta, rows, a.d3);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // dX and dV each load by TMA where their tensor maps can be made (dO is
+  // contiguous (batch, d1, d3)); SOFTMAX_EXT_SMM_CPASYNC=1: cp.async (A/B work).
+  const char* cp_env = std::getenv("SOFTMAX_EXT_SMM_CPASYNC");
+  const bool cp_only = cp_env != nullptr && cp_env[0] == '1';
   // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
   // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
   auto dx = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    auto* kernel = &smm_bwd_dx_kernel<T, BN>;
+    CUtensorMap tmv{}, tmo{};
+    const bool tma = !cp_only &&
+                     map_16bit_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, BN) &&
+                     map_16bit_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
+    auto* kernel = tma ? &smm_bwd_dx_kernel<T, BN, kTma> : &smm_bwd_dx_kernel<T, BN, kCpAsync>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DxCfg<BN>::kSmem));
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-      kernel<<<grid, kThreads, DxCfg<BN>::kSmem, stream>>>(a, b0);
+      kernel<<<grid, kThreads, DxCfg<BN>::kSmem, stream>>>(a, b0, tmv, tmo);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   };
@@ -358,12 +464,16 @@ void backward(const BwdArgs& a, int bn_dv) {
   else dx(std::integral_constant<int, 128>{});
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    auto* kernel = &smm_bwd_dv_kernel<T, BN>;
+    CUtensorMap tmo{}, tmx{}, tml{};
+    const bool tma = !cp_only && map_16bit_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 64) &&
+                     map_16bit_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 64) &&
+                     map_lse(&tml, a.lse, a.d1, a.batch);
+    auto* kernel = tma ? &smm_bwd_dv_kernel<T, BN, kTma> : &smm_bwd_dv_kernel<T, BN, kCpAsync>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DvCfg<BN>::kSmem));
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-      kernel<<<grid, kThreads, DvCfg<BN>::kSmem, stream>>>(a, b0);
+      kernel<<<grid, kThreads, DvCfg<BN>::kSmem, stream>>>(a, b0, tmo, tmx, tml);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   };
