@@ -22,6 +22,13 @@
 // every thread otherwise (SOFTMAX_EXT_SMM_CPASYNC=1 forces it, as for the
 // forward); zero fill at the tails either way. The plan takes them for
 // 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
+//
+// dX's staged variant (SOFTMAX_EXT_SMM_DX_STAGED=1, TMA only, 128 columns):
+// the CTA's x tile comes by TMA into a shared region of its own while the
+// main loop runs, the epilogue computes dX in place there and TMA stores it
+// (clipped at d1 and d2), in place of 4-byte loads and stores of global
+// memory after the main loop; two stages instead of three so that two CTAs
+// still fit an SM.
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
 #include "cuda/families/softmax_matmul/tma.cuh"
@@ -86,16 +93,24 @@ __global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t 
 
 // ---------------------------------------------------------------------------
 // dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of 64.
-constexpr int kDxStages = 3;
+constexpr int kDxStages = 3;        // the epilogue from registers to global memory
+constexpr int kDxStagedStages = 2;  // the staged epilogue: its x tile takes a stage's room (2 CTAs per SM)
 
-template <int BN>
+// S pipeline stages; STAGED: then the x tile of the staged epilogue (128
+// rows of d1 x BN columns of d2 as BN / 64 panels of 128 rows x 128 bytes,
+// 128-byte swizzled; dX replaces it in place) and its mbarrier after the
+// stages' ones.
+template <int BN, int S, bool STAGED = false>
 struct DxCfg {
   static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x 64 columns (d3), K-major
   static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x 64 columns
   static constexpr int kStageBytes = kVBytes + kOBytes;  // multiples of 1 KiB: every tile 1 KiB aligned
   static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
-  static constexpr int kBarOffset = kDxStages * kStageBytes;  // TMA: one mbarrier per stage
-  static constexpr int kSmem = kDxStages * kStageBytes + 8 * kDxStages + 1024;
+  static constexpr int kXOffset = S * kStageBytes;       // STAGED: the x tile, 1 KiB aligned
+  static constexpr int kPanelBytes = 128 * 128;          // STAGED: 64 columns x 128 rows
+  static constexpr int kXBytes = STAGED ? BN / 64 * kPanelBytes : 0;
+  static constexpr int kBarOffset = kXOffset + kXBytes;  // TMA: one mbarrier per stage (+ the x tile's)
+  static constexpr int kSmem = kBarOffset + 8 * (S + (STAGED ? 1 : 0)) + 1024;
 };
 
 #ifdef SMM_SM90A_DEVICE
@@ -104,7 +119,7 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
                                         int64_t n0, int64_t k0) {
   // V rows n0.., columns k0..k0+63; dO rows row0.., columns k0..k0+63
   load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
-  load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
+  load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN, kDxStages>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
 }
 
 // The same by TMA (one thread): V as one box of 64 columns x BN rows, dO as
@@ -112,9 +127,21 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
 template <int BN>
 __device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
                                        int row0, int n0, int k0, int b) {
-  mbar_expect_tx(bar, DxCfg<BN>::kTxBytes);
+  using C = DxCfg<BN, kDxStages>;  // (the stage layout does not depend on the stage count)
+  mbar_expect_tx(bar, C::kTxBytes);
   tma_load_3d(stage, tmv, k0, n0, b, bar);
-  tma_load_3d(stage + DxCfg<BN>::kVBytes, tmo, k0, row0, b, bar);
+  tma_load_3d(stage + C::kVBytes, tmo, k0, row0, b, bar);
+}
+
+// The staged epilogue's x tile by TMA (one thread): BN / 64 boxes of 64
+// columns x 128 rows, one panel each, zero fill past d1 and d2.
+template <int BN>
+__device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtensorMap* tmx, int row0, int n0,
+                                         int b) {
+  using C = DxCfg<BN, kDxStagedStages, true>;
+  mbar_expect_tx(bar, C::kXBytes);
+#pragma unroll
+  for (int p = 0; p < BN / 64; ++p) tma_load_3d(xs + p * C::kPanelBytes, tmx, n0 + 64 * p, row0, b, bar);
 }
 #endif
 
@@ -206,14 +233,18 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
 #endif
 
 // LOAD: kTma with the tensor maps tmv (V, box 64 x BN) and tmo (dO, box 64 x
-// 128); kCpAsync ignores them.
-template <typename T, int BN, int LOAD>
+// 128); kCpAsync ignores them. S: pipeline stages. STAGED (kTma only): the
+// epilogue through shared memory, with the tensor maps tmx (x) and tmd (dX),
+// boxes of 64 x 128 (unused otherwise).
+template <typename T, int BN, int LOAD, int S, bool STAGED>
 __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
     smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
-                      const __grid_constant__ CUtensorMap tmo) {
+                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
+                      const __grid_constant__ CUtensorMap tmd) {
+  static_assert(!STAGED || LOAD == kTma, "the staged epilogue is TMA only");
 #ifdef SMM_SM90A_DEVICE
-  using C = DxCfg<BN>;
-  constexpr int kS = kDxStages;
+  using C = DxCfg<BN, S, STAGED>;
+  constexpr int kS = S;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -230,6 +261,12 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   const int lane_r7 = lr & 7, lane_hi = lane >> 4;
   const uint32_t o_lane = C::kVBytes + lr * 128;
   const uint64_t desc_base = desc_kmajor();
+  // STAGED: the x tile and its mbarrier (after the stages' ones), initialised
+  // here; the main loop's fences and first block-wide barrier publish it.
+  const uint32_t xs = smem + C::kXOffset, xbar = smem + C::kBarOffset + 8 * kS;
+  if constexpr (STAGED) {
+    if (tid == 0) mbar_init(xbar, 1);
+  }
 
   float acc[BN / 2];
 #pragma unroll
@@ -237,11 +274,17 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD>(
       acc, smem, smem + C::kBarOffset, nk, desc_base,
       [&](uint32_t stage, int k, uint32_t bar) {
-        if constexpr (LOAD == kTma)
+        if constexpr (LOAD == kTma) {
           dx_tma<BN>(stage, bar, &tmv, &tmo, static_cast<int>(row0), static_cast<int>(n0), 64 * k,
                      static_cast<int>(b));
-        else
+          // STAGED: the x tile right behind the first stage (nk >= 1), so
+          // that it lands while the main loop runs
+          if constexpr (STAGED) {
+            if (k == 0) dx_x_tma<BN>(xs, xbar, &tmx, static_cast<int>(row0), static_cast<int>(n0), static_cast<int>(b));
+          }
+        } else {
           dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * 64);
+        }
       },
       [&](uint32_t (&f)[4][4], uint32_t stage) {
 #pragma unroll
@@ -250,6 +293,60 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
 
   // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
   constexpr float kLog2e = 1.4426950408889634f;
+  if constexpr (STAGED) {
+    // x and dX in the shared tile: this thread's pair of columns 8j + 2t of
+    // tile row r = 16 warp + g + 8h is 4 bytes at 4t in 16-byte chunk j % 8
+    // of panel j / 8, stored at ((j % 8) ^ (r % 8)) << 4 of the row (r % 8 =
+    // g); each element read and written by the same thread, so in place. Rows
+    // past d1: lse and D not read (their dX is computed from zeros and not
+    // stored: the TMA store clips at d1, as at d2).
+    float nl[2], dd[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * warp + g + 8 * h;
+      const bool in = row < a.d1;
+      nl[h] = in ? -a.lse[b * a.d1 + row] * kLog2e : 0.f;
+      dd[h] = in ? a.delta[b * a.d1 + row] : 0.f;
+    }
+    const uint32_t xt = xs + (16 * warp + g) * 128 + 4 * t;
+    uint32_t xw[2][BN / 8];
+    mbar_wait(xbar, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        asm volatile("ld.shared.b32 %0, [%1];"
+                     : "=r"(xw[h][j])
+                     : "r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes + (((j % 8) ^ g) << 4)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const float2 xv = unpack<T>(xw[h][j]);
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl[h])), p1 = ex2(fmaf(xv.y, kLog2e, nl[h]));
+        const uint32_t d = pack<T>(p0 * (acc[4 * j + 2 * h] - dd[h]), p1 * (acc[4 * j + 2 * h + 1] - dd[h]));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes +
+                                                    (((j % 8) ^ g) << 4)),
+                     "r"(d)
+                     : "memory");
+      }
+    // every thread's dX writes visible to the async proxy, then one thread
+    // stores the tile, a box per panel (none for a panel wholly past d2),
+    // and waits until the stores have read it (the CTA's shared memory is
+    // released when its threads exit)
+    fence_proxy_async();
+    __syncthreads();
+    if (tid == 0) {
+#pragma unroll
+      for (int p = 0; p < BN / 64; ++p)
+        if (n0 + 64 * p < a.d2)
+          tma_store_3d(&tmd, xs + p * C::kPanelBytes, static_cast<int>(n0) + 64 * p, static_cast<int>(row0),
+                       static_cast<int>(b));
+      tma_store_commit();
+      tma_store_wait_read();
+    }
+    return;
+  }
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   T* dxb = static_cast<T*>(a.dx) + b * a.d1 * a.d2;
   const int64_t r0 = row0 + 16 * warp + g;
@@ -444,24 +541,40 @@ void backward(const BwdArgs& a, int bn_dv) {
   const bool cp_only = cp_env != nullptr && cp_env[0] == '1';
   // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
   // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
-  auto dx = [&](auto bn_tag) {
+  // SOFTMAX_EXT_SMM_DX_STAGED=1 (unless DX_BN=256): the staged epilogue where
+  // the maps of V, dO, x and dX can all be made (the default kernel
+  // otherwise). False where the staged kernel was asked for and not launched.
+  auto dx = [&](auto bn_tag, auto staged_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    CUtensorMap tmv{}, tmo{};
+    constexpr bool STAGED = decltype(staged_tag)::value;
+    constexpr int S = STAGED ? kDxStagedStages : kDxStages;
+    using C = DxCfg<BN, S, STAGED>;
+    CUtensorMap tmv{}, tmo{}, tmx{}, tmd{};
     const bool tma = !cp_only &&
                      map_16bit_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, BN) &&
                      map_16bit_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
-    auto* kernel = tma ? &smm_bwd_dx_kernel<T, BN, kTma> : &smm_bwd_dx_kernel<T, BN, kCpAsync>;
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DxCfg<BN>::kSmem));
+    auto* kernel = &smm_bwd_dx_kernel<T, BN, kTma, S, STAGED>;
+    if constexpr (STAGED) {
+      if (!tma || !map_16bit_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 128) ||
+          !map_16bit_3d<T>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 64, 128))
+        return false;
+    } else if (!tma) {
+      kernel = &smm_bwd_dx_kernel<T, BN, kCpAsync, S, false>;
+    }
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
     for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
-      kernel<<<grid, kThreads, DxCfg<BN>::kSmem, stream>>>(a, b0, tmv, tmo);
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmx, tmd);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
+    return true;
   };
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
-  if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{});
-  else dx(std::integral_constant<int, 128>{});
+  const char* staged_env = std::getenv("SOFTMAX_EXT_SMM_DX_STAGED");
+  if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{}, std::false_type{});
+  else if (staged_env == nullptr || staged_env[0] != '1' || !dx(std::integral_constant<int, 128>{}, std::true_type{}))
+    dx(std::integral_constant<int, 128>{}, std::false_type{});
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     CUtensorMap tmo{}, tmx{}, tml{};

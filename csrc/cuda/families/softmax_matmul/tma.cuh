@@ -1,7 +1,7 @@
 // TMA helpers of the sm_90a softmax_matmul kernels (sm90.cu: forward,
-// sm90_backward.cu: dX and dV): the mbarrier operations and tensor-map box
-// loads (device), and the driver's tensor-map encoder (host). The kernels
-// using them: one thread issues a stage's boxes after
+// sm90_backward.cu: dX and dV): the mbarrier operations, tensor-map box
+// loads and stores (device), and the driver's tensor-map encoder (host). The
+// kernels using them: one thread issues a stage's boxes after
 // mbarrier.arrive.expect_tx with the stage's byte count, every thread waits
 // on the stage's mbarrier with the phase parity (k / stages) & 1, and a
 // block-wide barrier precedes each refill of a stage.
@@ -59,6 +59,25 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
           dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
+}
+// A 3-d box of `map` at (c0 innermost, c1, c2) from shared memory at `src`
+// to global memory (elements out of the tensor's bounds are not written), in
+// this thread's bulk async-group. The writes of the other proxy must be made
+// visible first (fence.proxy.async.shared::cta by the writing threads, then
+// a barrier); the source is not to be reused or released before
+// tma_store_wait_read.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+// Closes this thread's bulk async-group of the stores issued so far.
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until every committed bulk async-group of this thread has read its
+// shared-memory source.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 #endif  // SMM_SM90A_DEVICE
 
