@@ -18,7 +18,7 @@ from triton.testing import do_bench
 import softmax_ext
 
 FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
-BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-staged": {"SOFTMAX_EXT_SMM_DX_STAGED": "1"},
+BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-unstaged": {"SOFTMAX_EXT_SMM_DX_STAGED": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
 
 

@@ -407,9 +407,10 @@ def test_cuda_aligned_backward_loads_agree(dtype, shape, monkeypatch):
                                    (1, 257, 384, 72)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("x_pad", [0, 16], ids=["contiguous", "row-strided"])
 def test_cuda_aligned_backward_staged_dx_agrees(dtype, shape, x_pad, monkeypatch):
-    # SOFTMAX_EXT_SMM_DX_STAGED=1 on sm_90: dX's epilogue through shared
-    # memory (x tile by TMA, dX stored by TMA, clipped at d1 and d2) with the
-    # same f32 math as the default kernel's: the same gradients bit for bit.
+    # The default on sm_90: dX's epilogue through shared memory (x tile by
+    # TMA, dX stored by TMA, clipped at d1 and d2) with the same f32 math as
+    # the unstaged kernel's (SOFTMAX_EXT_SMM_DX_STAGED=0): the same gradients
+    # bit for bit.
     # Tails in d1 (not a multiple of 128) and d2 (not a multiple of 128), a
     # batch dim, more K tiles than stages, and x rows with a stride past d2.
     b, d1, d2, d3 = shape
@@ -418,9 +419,9 @@ def test_cuda_aligned_backward_staged_dx_agrees(dtype, shape, x_pad, monkeypatch
     go = randn((b, d1, d3), dtype, "cuda", 53)
     monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_BN", raising=False)
     monkeypatch.delenv("SOFTMAX_EXT_SMM_CPASYNC", raising=False)
-    monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_STAGED", raising=False)
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_DX_STAGED", "0")
     dx, dv = _grads(x, v, go)
-    monkeypatch.setenv("SOFTMAX_EXT_SMM_DX_STAGED", "1")
+    monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_STAGED")
     if torch.cuda.get_device_capability() == (9, 0):  # the staged kernel is the one that ran
         from torch.profiler import ProfilerActivity, profile
 

@@ -23,12 +23,12 @@
 // forward); zero fill at the tails either way. The plan takes them for
 // 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
 //
-// dX's staged variant (SOFTMAX_EXT_SMM_DX_STAGED=1, TMA only, 128 columns):
-// the CTA's x tile comes by TMA into a shared region of its own while the
-// main loop runs, the epilogue computes dX in place there and TMA stores it
-// (clipped at d1 and d2), in place of 4-byte loads and stores of global
-// memory after the main loop; two stages instead of three so that two CTAs
-// still fit an SM.
+// dX's epilogue is staged where the tensor maps of V, dO, x and dX can all be
+// made (128 columns; SOFTMAX_EXT_SMM_DX_STAGED=0 turns it off): the CTA's x
+// tile comes by TMA into a shared region of its own while the main loop runs,
+// the epilogue computes dX in place there and TMA stores it (clipped at d1
+// and d2), in place of 4-byte loads and stores of global memory after the
+// main loop; two stages instead of three so that two CTAs still fit an SM.
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
 #include "cuda/families/softmax_matmul/tma.cuh"
@@ -541,9 +541,9 @@ void backward(const BwdArgs& a, int bn_dv) {
   const bool cp_only = cp_env != nullptr && cp_env[0] == '1';
   // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
   // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
-  // SOFTMAX_EXT_SMM_DX_STAGED=1 (unless DX_BN=256): the staged epilogue where
-  // the maps of V, dO, x and dX can all be made (the default kernel
-  // otherwise). False where the staged kernel was asked for and not launched.
+  // The staged epilogue (unless DX_BN=256 or SOFTMAX_EXT_SMM_DX_STAGED=0)
+  // where the maps of V, dO, x and dX can all be made, the unstaged kernel
+  // otherwise. False where the staged kernel was asked for and not launched.
   auto dx = [&](auto bn_tag, auto staged_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     constexpr bool STAGED = decltype(staged_tag)::value;
@@ -573,7 +573,7 @@ void backward(const BwdArgs& a, int bn_dv) {
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
   const char* staged_env = std::getenv("SOFTMAX_EXT_SMM_DX_STAGED");
   if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{}, std::false_type{});
-  else if (staged_env == nullptr || staged_env[0] != '1' || !dx(std::integral_constant<int, 128>{}, std::true_type{}))
+  else if ((staged_env != nullptr && staged_env[0] == '0') || !dx(std::integral_constant<int, 128>{}, std::true_type{}))
     dx(std::integral_constant<int, 128>{}, std::false_type{});
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
