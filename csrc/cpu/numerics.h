@@ -26,23 +26,81 @@ inline Vec<T> vmax(const Vec<T>& a, const Vec<T>& b) {
   return at::vec::maximum(a, b);
 }
 
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+// exp of float lanes within about 1 ulp (Sleef's exp, which torch calls, is
+// 1 ulp), inline: Sleef's is an out-of-line call after which no vector
+// register survives, and in a softmax row the exp is most of the work.
+//   x = q ln2 + r with q = round(x log2 e) and |r| <= ln2 / 2, ln2 split in
+//   two (Cody and Waite: the first part has 9 significant bits, so q times
+//   it is exact for |q| <= 2^15);
+//   e^r by its Taylor polynomial of degree 7 in Horner form (truncation
+//   below 1e-8 relative);
+//   2^q as two powers of two, each a normal float, so that a result in the
+//   subnormal range is rounded once.
+// x is first clamped to [-104, 89], outside of which the float result is 0
+// or inf anyway; NaN lanes are put back at the end.
+inline Vec<float> exp_f32(const Vec<float>& x) {
+  using V = Vec<float>;
+  const V xc = at::vec::minimum(at::vec::maximum(x, V(-104.f)), V(89.f));
+  const V q = (xc * V(1.44269504088896341f)).round();
+  V r = at::vec::fmadd(q, V(-0.693359375f), xc);
+  r = at::vec::fmadd(q, V(2.12194440e-4f), r);
+  V p(1.f / 5040.f);
+  p = at::vec::fmadd(p, r, V(1.f / 720.f));
+  p = at::vec::fmadd(p, r, V(1.f / 120.f));
+  p = at::vec::fmadd(p, r, V(1.f / 24.f));
+  p = at::vec::fmadd(p, r, V(1.f / 6.f));
+  p = at::vec::fmadd(p, r, V(0.5f));
+  p = at::vec::fmadd(p, r, V(1.f));
+  p = at::vec::fmadd(p, r, V(1.f));
+#if defined(CPU_CAPABILITY_AVX512)
+  const __m512i qi = _mm512_cvtps_epi32(q);
+  const __m512i q1 = _mm512_srai_epi32(qi, 1), q2 = _mm512_sub_epi32(qi, q1);
+  const __m512i bias = _mm512_set1_epi32(127);
+  const V s1(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q1, bias), 23)));
+  const V s2(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q2, bias), 23)));
+#else
+  const __m256i qi = _mm256_cvtps_epi32(q);
+  const __m256i q1 = _mm256_srai_epi32(qi, 1), q2 = _mm256_sub_epi32(qi, q1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const V s1(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q1, bias), 23)));
+  const V s2(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q2, bias), 23)));
+#endif
+  return V::blendv((p * s1) * s2, x, x.isnan());
+}
+#endif
+
+// Whether vexp / exp_shifted of T lanes are inline code (no call).
+template <typename T>
+inline constexpr bool kInlineExp =
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+    std::is_same_v<T, float>;
+#else
+    false;
+#endif
+
+// exp at the accuracy of torch's (1 ulp): the inline exp_f32 for float lanes
+// on x86, Sleef's otherwise.
 template <typename T>
 inline Vec<T> vexp(const Vec<T>& x) {
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) return exp_f32(x);
+#endif
   return x.exp();
 }
 
 // exp(x - max), whose argument is <= 0 or NaN. kFast (used when the output
-// is 16-bit) takes ATen's polynomial exp_u20, several times faster than
-// Sleef's exp: its error (tens of float ulps, more only where the result is
-// below 1e-37 and adds nothing to the sum) vanishes in rounding to 8 or 11
-// bits. Float and double outputs keep Sleef's exp (1 ulp), like torch.
-// exp_u20 turns NaN into inf, so NaN lanes are put back.
+// is 16-bit) takes ATen's polynomial exp_u20, faster still: its error (tens
+// of float ulps, more only where the result is below 1e-37 and adds nothing
+// to the sum) vanishes in rounding to 8 or 11 bits. Float and double outputs
+// take vexp (1 ulp), like torch. exp_u20 turns NaN into inf, so NaN lanes
+// are put back.
 template <bool kFast, typename T>
 inline Vec<T> exp_shifted(const Vec<T>& x) {
   if constexpr (kFast) {
     return Vec<T>::blendv(x.exp_u20(), x, x.isnan());
   } else {
-    return x.exp();
+    return vexp(x);
   }
 }
 

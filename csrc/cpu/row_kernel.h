@@ -68,31 +68,48 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   });
   const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(m0, m1)));
 
-  // Pass 2, a span of kRowSumSpan elements at a time: exp(x - m) into a
-  // buffer (softmax's cache when it keeps the exps, else a stack buffer the
-  // size of a span), then the span's sum read back from it, in row_sum's
-  // order (the same bits as a fused loop). Two tight loops rather than one:
+  // Pass 2, a span of kRowSumSpan elements at a time: e = exp(x - m), kept
+  // in softmax's cache when it keeps the exps, and summed in row_sum's order.
+  // Where the exp is inline (float lanes on x86, numerics.h), one loop.
+  // Otherwise the exps go to a buffer (the cache, or a stack buffer the size
+  // of a span) and the span's sum is read back from it in a second loop:
   // Sleef's exp is an out-of-line call after which no vector register
   // survives, so a fused loop would spill and reload its sums around every
-  // call (measured: ~10% of a cache-resident row).
-  alignas(64) acc_t span[kRowSumSpan];
+  // call. The same bits either way.
   V t0(acc_t(0)), t1(acc_t(0));
   for (int64_t j0 = 0; j0 < n; j0 += kRowSumSpan) {
     const int64_t len0 = std::min(kRowSumSpan, n - j0);
-    acc_t* buf = span;
-    if constexpr (Fwd::kCachesExp) {
-      if (cache) buf = cache + j0;
-    }
-    for_blocks<B>(len0, [&](int64_t j, int64_t len) {
-      X::load(x + j0 + j, len, acc_t(0), a, b);
-      C::store(buf + j, len, Fwd::exp(a - m), Fwd::exp(b - m));
-    });
     V s0(acc_t(0)), s1(acc_t(0));
-    for_blocks<B>(len0, [&](int64_t j, int64_t len) {
-      C::load(buf + j, len, acc_t(0), a, b);  // lanes past the row add 0
-      s0 += a;
-      s1 += b;
-    });
+    if constexpr (kInlineExp<acc_t>) {
+      for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        X::load(x + j0 + j, len, acc_t(0), a, b);
+        V ea = Fwd::exp(a - m), eb = Fwd::exp(b - m);
+        if constexpr (Fwd::kCachesExp) {
+          if (cache) C::store(cache + j0 + j, len, ea, eb);
+        }
+        if (C10_UNLIKELY(len < B)) {  // lanes past the row add 0
+          ea = V::set(V(acc_t(0)), ea, std::min<int64_t>(len, V::size()));
+          eb = V::set(V(acc_t(0)), eb, std::max<int64_t>(len - V::size(), 0));
+        }
+        s0 += ea;
+        s1 += eb;
+      });
+    } else {
+      alignas(64) acc_t span[kRowSumSpan];
+      acc_t* buf = span;
+      if constexpr (Fwd::kCachesExp) {
+        if (cache) buf = cache + j0;
+      }
+      for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        X::load(x + j0 + j, len, acc_t(0), a, b);
+        C::store(buf + j, len, Fwd::exp(a - m), Fwd::exp(b - m));
+      });
+      for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        C::load(buf + j, len, acc_t(0), a, b);  // lanes past the row add 0
+        s0 += a;
+        s1 += b;
+      });
+    }
     t0 += s0;
     t1 += s1;
   }
