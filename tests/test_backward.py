@@ -274,3 +274,24 @@ def test_backward_mixed_dtypes(name, pair, via_op, device):
         expected = aten(dy.cpu().double(), y.cpu().double(), dim, torch.float64).to(y_dtype)
         tol = BACKWARD_TOLERANCES[y_dtype]
         assert_close_verbose(dx.cpu(), expected, msg=f"{name} dy {g_dtype} y {y_dtype} {shape}", **tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_exp_within_one_ulp(device):
+    """log_softmax_backward with grad_output = -one-hot gives exp(output)
+    elementwise (dx_j = 0 - exp(y_j) * -1): the float32 exp of the kernels,
+    checked over its whole range, subnormal results, overflow, ±inf and NaN,
+    against float64's exp rounded to float32: within 1 ulp, as torch's."""
+    y = torch.cat([torch.linspace(-110.0, 90.0, 200_001),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 88.72283935546875,
+                                 88.7228, -87.336544, -103.97, -103.2789, -1e-30, 1e-30])]).float()
+    g = torch.zeros(y.numel() + 1)
+    g[-1] = -1.0
+    out = torch.cat([y, torch.zeros(1)]).to(device)
+    dx = torch.ops.softmax_ext.log_softmax_backward(g.to(device), out, 0)[:-1].cpu()
+    ref = torch.exp(y.double()).float()
+    assert torch.equal(torch.isnan(dx), torch.isnan(ref))
+    keep = ~torch.isnan(ref)
+    ulps = (dx[keep].view(torch.int32).long() - ref[keep].view(torch.int32).long()).abs()
+    assert int(ulps.max()) <= 1, y[keep][ulps.argmax()]
+    assert dx[-12] == float("inf") and dx[-11] == 0.0 and dx[-7] == float("inf")

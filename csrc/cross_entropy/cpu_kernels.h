@@ -17,6 +17,7 @@
 #error "include from a per-ISA TU (cpu_*.cpp) that defines CPU_CAPABILITY"
 #endif
 
+#include "cpu/numerics.h"
 #include "cross_entropy/plan.h"
 
 #include <ATen/Parallel.h>
@@ -32,6 +33,9 @@
 
 namespace softmax_ext::ce::CPU_CAPABILITY {
 namespace {
+
+// exp at torch's accuracy, inline for float lanes on x86 (cpu/numerics.h).
+using ::softmax_ext::cpu::CPU_CAPABILITY::vexp;
 
 // Elements of work per parallel_for chunk (ATen's GRAIN_SIZE), counting a
 // row element as 8 (an exp is several operations).
@@ -107,7 +111,7 @@ void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>
   for (int64_t j = 0; j < vec_end; j += Io::kB) {
     V a, b;
     Io::load(x + j, a, b);
-    vsum = vsum + (a - vm).exp() + (b - vm).exp();
+    vsum = vsum + vexp(a - vm) + vexp(b - vm);
     if (smooth) {
       if (w != nullptr) {
         vwx = vwx + a * V::loadu(w + j) + b * V::loadu(w + j + Io::kW);
@@ -228,8 +232,8 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
       for (int64_t j = 0; j < vec_end; j += Io::kB) {
         V u, v;
         Io::load(x + j, u, v);
-        u = va * (u - vl).exp();
-        v = va * (v - vl).exp();
+        u = va * vexp(u - vl);
+        v = va * vexp(v - vl);
         if (w != nullptr) {
           u = u - vc * V::loadu(w + j);
           v = v - vc * V::loadu(w + j + Io::kW);
