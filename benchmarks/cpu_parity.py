@@ -2,6 +2,7 @@
 
     python -m benchmarks.cpu_parity                 # the shapes of the parity target
     python -m benchmarks.cpu_parity --rounds 60 --ops softmax
+    python -m benchmarks.cpu_parity --csv benchmarks/results/cpu_parity.csv
 
 For each case, forward (op) and forward+backward (op, then .backward(dy)
 through autograd) of softmax_ext and torch run interleaved: every round
@@ -12,6 +13,7 @@ of the per-round ratios with its 10th-90th percentile spread.
 """
 
 import argparse
+import csv
 import statistics
 import time
 
@@ -74,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--ops", default="softmax,log_softmax")
     parser.add_argument("--cases", default="", help="comma list of substrings of the case labels")
+    parser.add_argument("--csv", default=None, help="also write the rows to this CSV file")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
@@ -81,6 +84,7 @@ def main(argv=None):
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
     print(f"{'case':24s} {'op':11s} {'direction':16s} {'ours ms':>8s} {'torch ms':>8s} {'speedup':>7s} {'p10-p90':>11s}")
+    rows = []
     for label, shape, dim, dtype in CASES:
         if args.cases and not any(c in label for c in args.cases.split(",")):
             continue
@@ -89,6 +93,15 @@ def main(argv=None):
                 ours, theirs, ratio, lo, hi = compare(op, direction, shape, dim, dtype, args.rounds, gen)
                 print(f"{label:24s} {op:11s} {direction:16s} {ours:8.2f} {theirs:8.2f} {ratio:6.2f}x "
                       f"{lo:5.2f}-{hi:4.2f}", flush=True)
+                rows.append(dict(case=label, op=op, direction=direction, softmax_ext_ms=round(ours, 4),
+                                 torch_ms=round(theirs, 4), speedup_median=round(ratio, 4), speedup_p10=round(lo, 4),
+                                 speedup_p90=round(hi, 4), rounds=args.rounds, threads=torch.get_num_threads(),
+                                 torch=torch.__version__, capability=torch.backends.cpu.get_cpu_capability()))
+    if args.csv and rows:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -140,12 +140,31 @@ void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
   constexpr int64_t B = kBlock<acc_t>;
   V g0, g1, y0, y1;
 
-  const V s(row_sum<acc_t>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
-    IO::load(dy + j, len, acc_t(0), g0, g1);
-    IO::load(y + j, len, acc_t(0), y0, y1);
-    s0 += Bwd::term(g0, y0);
-    s1 += Bwd::term(g1, y1);
-  }));
+  V s;
+  if (n <= kRowSumSpan) {  // one span: row_sum's order without its span loop
+    V s0(acc_t(0)), s1(acc_t(0));
+    int64_t j = 0;
+    for (; j + B <= n; j += B) {
+      IO::load(dy + j, B, acc_t(0), g0, g1);
+      IO::load(y + j, B, acc_t(0), y0, y1);
+      s0 += Bwd::term(g0, y0);
+      s1 += Bwd::term(g1, y1);
+    }
+    if (j < n) {
+      IO::load(dy + j, n - j, acc_t(0), g0, g1);
+      IO::load(y + j, n - j, acc_t(0), y0, y1);
+      s0 += Bwd::term(g0, y0);
+      s1 += Bwd::term(g1, y1);
+    }
+    s = V(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, s0 + s1));
+  } else {
+    s = V(row_sum<acc_t>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+      IO::load(dy + j, len, acc_t(0), g0, g1);
+      IO::load(y + j, len, acc_t(0), y0, y1);
+      s0 += Bwd::term(g0, y0);
+      s1 += Bwd::term(g1, y1);
+    }));
+  }
 
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
     IO::load(dy + j, len, acc_t(0), g0, g1);
