@@ -53,19 +53,11 @@ inline Vec<float> exp_f32(const Vec<float>& x) {
   p = at::vec::fmadd(p, r, V(0.5f));
   p = at::vec::fmadd(p, r, V(1.f));
   p = at::vec::fmadd(p, r, V(1.f));
-#if defined(CPU_CAPABILITY_AVX512)
-  const __m512i qi = _mm512_cvtps_epi32(q);
-  const __m512i q1 = _mm512_srai_epi32(qi, 1), q2 = _mm512_sub_epi32(qi, q1);
-  const __m512i bias = _mm512_set1_epi32(127);
-  const V s1(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q1, bias), 23)));
-  const V s2(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q2, bias), 23)));
-#else
-  const __m256i qi = _mm256_cvtps_epi32(q);
-  const __m256i q1 = _mm256_srai_epi32(qi, 1), q2 = _mm256_sub_epi32(qi, q1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const V s1(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q1, bias), 23)));
-  const V s2(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(q2, bias), 23)));
-#endif
+  using I = Vec<int32_t>;
+  const I qi = at::vec::convert_to_int_of_same_size(q);
+  const I q1 = qi >> I(1), q2 = qi - q1;
+  const V s1 = at::vec::cast<float>((q1 + I(127)) << I(23));
+  const V s2 = at::vec::cast<float>((q2 + I(127)) << I(23));
   return V::blendv((p * s1) * s2, x, x.isnan());
 }
 #endif
