@@ -391,3 +391,24 @@ def test_bit_identical_repeats(name, dtype, device):
         _ = ours(name)(make_input((7, 129), dtype, device, seed=33), 0)
         assert torch.equal(ours(name)(x, -1), first), f"{name}: repeated run differs (dim -1)"
         assert torch.equal(ours(name)(xt, 0), first_t), f"{name}: repeated run differs (dim 0)"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", FORWARD_OPS)
+def test_rows_of_one_vector_or_less(name, device):
+    """Rows of 1 to 9 float32 elements (at most one vector, and just past
+    it; the CPU's short-row path), forward and backward, with -inf entries,
+    a row of -inf and a NaN, against float64 torch."""
+    for n in range(1, 10):
+        x = make_input((64, n), torch.float32, device, seed=n, scale=4.0)
+        x[3, 0] = float("-inf")
+        x[5] = float("-inf")
+        x[7, n // 2] = float("nan")
+        y = getattr(torch.ops.softmax_ext, name)(x, -1)
+        ref = getattr(torch, name)(x.double(), -1)
+        torch.testing.assert_close(y.double(), ref, **TOLERANCES[torch.float32], equal_nan=True)
+        dy = make_input((64, n), torch.float32, device, seed=100 + n)
+        dx = getattr(torch.ops.softmax_ext, name + "_backward")(dy, y, -1)
+        aten = getattr(torch.ops.aten, f"_{name}_backward_data")
+        want = aten(dy.double(), y.double(), -1, torch.float64)
+        torch.testing.assert_close(dx.double(), want, rtol=2e-5, atol=2e-5, equal_nan=True)

@@ -18,6 +18,8 @@
 #include "cpu/numerics.h"
 #include "plan/problem.h"
 
+#include <cmath>
+
 namespace softmax_ext::cpu::CPU_CAPABILITY {
 
 // kFastExp: which exp computes exp(x - m) (numerics.h, exp_shifted).
@@ -40,6 +42,9 @@ struct Forward<Kind::Softmax, kFastExp> : ForwardExp<kFastExp> {
   // of the last pass), for at most one more rounding (<= 1.5 ulp in all).
   template <typename V>
   static V finish(const V& sum) { return V(typename V::value_type(1)) / sum; }
+  // The same for one row's sum.
+  template <typename V>
+  static V finish_row(typename V::value_type sum) { return V(typename V::value_type(1) / sum); }
   template <typename V>
   static V apply(const V& x, const V& max, const V& c) { return exp(x - max) * c; }
   template <typename V>
@@ -51,6 +56,10 @@ struct Forward<Kind::LogSoftmax, kFastExp> : ForwardExp<kFastExp> {
   static constexpr bool kCachesExp = false;
   template <typename V>
   static V finish(const V& sum) { return vlog(sum); }
+  // One row's sum: the scalar log (correctly rounded in glibc) rather than a
+  // vector log call for one value, which short rows would pay per row.
+  template <typename V>
+  static V finish_row(typename V::value_type sum) { return V(std::log(sum)); }
   template <typename V>
   static V apply(const V& x, const V& max, const V& c) { return (x - max) - c; }
   template <typename V>

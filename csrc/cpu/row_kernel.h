@@ -59,6 +59,25 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   constexpr int64_t B = kBlock<acc_t>;
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
   V a, b;
+#if defined(CPU_CAPABILITY_AVX2)
+  // A row of at most one vector (float in and out): one masked load and
+  // store, no block loops; the same bits as the loops below (lanes past the
+  // row are -inf for the max and 0 after the exp).
+  if constexpr (X::kMasked && Y::kMasked) {
+    if (n <= V::size()) {
+      a = n == V::size() ? V::loadu(x) : X::masked_load(x, n, kNegInf);
+      const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a));
+      const V e = Fwd::exp(a - m);
+      const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, e));
+      V out;
+      if constexpr (Fwd::kCachesExp) out = Fwd::from_exp(e, c);
+      else out = Fwd::apply(a, m, c);
+      if (n == V::size()) out.store(y);
+      else _mm256_maskstore_ps(y, Y::lanes_below(n), out);
+      return;
+    }
+  }
+#endif
 
   V m0(kNegInf), m1(kNegInf);
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
@@ -114,7 +133,7 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
     t1 += s1;
   }
   const acc_t sum = at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, t0 + t1);
-  const V c = Fwd::finish(V(sum));
+  const V c = Fwd::template finish_row<V>(sum);
 
   if constexpr (Fwd::kCachesExp) {
     if (cache) {
@@ -139,6 +158,19 @@ void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
   using IO = Io<T, T, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   V g0, g1, y0, y1;
+#if defined(CPU_CAPABILITY_AVX2)
+  if constexpr (IO::kMasked) {  // a row of at most one vector, as in forward_row
+    if (n <= V::size()) {
+      g0 = n == V::size() ? V::loadu(dy) : IO::masked_load(dy, n, acc_t(0));
+      y0 = n == V::size() ? V::loadu(y) : IO::masked_load(y, n, acc_t(0));
+      const V s(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, Bwd::term(g0, y0)));
+      const V out = Bwd::apply(g0, y0, s);
+      if (n == V::size()) out.store(dx);
+      else _mm256_maskstore_ps(dx, IO::lanes_below(n), out);
+      return;
+    }
+  }
+#endif
 
   V s;
   if (n <= kRowSumSpan) {  // one span: row_sum's order without its span loop
