@@ -1,5 +1,6 @@
 // Launch utilities every family uses: a launch on the current stream with
-// its check, launches of clusters (ClusterLaunch), persistent grids (as many
+// its check, a grid over a batch in chunks (launch_batch_chunks), launches
+// of clusters (ClusterLaunch), persistent grids (as many
 // blocks or clusters as the device runs at once: persistent_clusters), and
 // the grid-stride launch of a row or tile loop (launch_row_blocks).
 #pragma once
@@ -24,6 +25,17 @@ void launch_kernel(void (*kernel)(Params...), unsigned int grid, int threads, in
   kernel<<<grid, threads, static_cast<size_t>(smem_bytes), c10::cuda::getCurrentCUDAStream()>>>(
       std::forward<Args>(args)...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// A grid of `blocks` blocks along x over a batch along y: launch(grid, b0)
+// for each chunk of at most kMaxGridBlocks batch entries (gridDim.y's
+// limit), b0 the chunk's first entry; checks each launch.
+template <typename Launch>
+void launch_batch_chunks(int64_t blocks, int64_t batch, const Launch& launch) {
+  for (int64_t b0 = 0; b0 < batch; b0 += kMaxGridBlocks) {
+    launch(dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min(kMaxGridBlocks, batch - b0))), b0);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 }
 
 // A launch configuration of `blocks` blocks of `threads` threads, grouped in

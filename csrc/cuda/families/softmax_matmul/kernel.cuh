@@ -27,6 +27,7 @@
 #pragma once
 
 #include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/epilogue.cuh"
 
 #include <c10/cuda/CUDAException.h>
@@ -663,11 +664,9 @@ void launch(const Args& a) {
   const bool v_vec = reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && (a.v_row_stride * es) % 16 == 0 &&
                      (a.v_batch_stride * es) % 16 == 0;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + C::kBM - 1) / C::kBM);
-  for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
     kernel<<<grid, C::kThreads, smem, stream>>>(a, b0, x_vec, v_vec);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  });
 }
 
 // The tiles the plan uses (plan.cpp): (warps, BN) = (4, 128), (8, 64),

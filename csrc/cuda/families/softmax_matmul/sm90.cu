@@ -34,6 +34,7 @@
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
+#include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
 #include "cuda/families/softmax_matmul/tma.cuh"
 
@@ -312,11 +313,9 @@ void launch(const Args& a) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
-  for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
     kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  });
 }
 
 template <typename T>

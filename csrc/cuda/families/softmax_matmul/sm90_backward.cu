@@ -30,6 +30,7 @@
 // and d2), in place of 4-byte loads and stores of global memory after the
 // main loop; two stages instead of three so that two CTAs still fit an SM.
 #include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
 #include "cuda/families/softmax_matmul/tma.cuh"
 
@@ -563,11 +564,9 @@ void backward(const BwdArgs& a, int bn_dv) {
     }
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
-      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
       kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmx, tmd);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    });
     return true;
   };
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
@@ -584,11 +583,9 @@ void backward(const BwdArgs& a, int bn_dv) {
     auto* kernel = tma ? &smm_bwd_dv_kernel<T, BN, kTma> : &smm_bwd_dv_kernel<T, BN, kCpAsync>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DvCfg<BN>::kSmem));
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
-    for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
-      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
       kernel<<<grid, kThreads, DvCfg<BN>::kSmem, stream>>>(a, b0, tmo, tmx, tml);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    });
   };
   if (bn_dv == 64) dv(std::integral_constant<int, 64>{});
   else if (bn_dv == 128) dv(std::integral_constant<int, 128>{});

@@ -21,6 +21,7 @@
 // the tensor cores' own accumulation covers one tile only). Online softmax
 // with the lazy rescale of sm90.cu (3xTF32: expf instead of ex2.approx).
 #include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
 
 #include <c10/cuda/CUDAException.h>
@@ -336,11 +337,9 @@ void launch_f32(const Args& a) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-  for (int64_t b0 = 0; b0 < a.batch; b0 += 65535) {
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<int64_t>(65535, a.batch - b0)));
+  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
     kernel<<<grid, kF32Threads, C::kSmem, stream>>>(a, b0);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  });
 }
 
 }  // namespace sm90
