@@ -65,15 +65,14 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   // row are -inf for the max and 0 after the exp).
   if constexpr (X::kMasked && Y::kMasked) {
     if (n <= V::size()) {
-      a = n == V::size() ? V::loadu(x) : X::masked_load(x, n, kNegInf);
+      a = X::load_vector(x, n, kNegInf);
       const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a));
       const V e = Fwd::exp(a - m);
       const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, e));
       V out;
       if constexpr (Fwd::kCachesExp) out = Fwd::from_exp(e, c);
       else out = Fwd::apply(a, m, c);
-      if (n == V::size()) out.store(y);
-      else _mm256_maskstore_ps(y, Y::lanes_below(n), out);
+      Y::store_vector(y, n, out);
       return;
     }
   }
@@ -161,12 +160,11 @@ void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
 #if defined(CPU_CAPABILITY_AVX2)
   if constexpr (IO::kMasked) {  // a row of at most one vector, as in forward_row
     if (n <= V::size()) {
-      g0 = n == V::size() ? V::loadu(dy) : IO::masked_load(dy, n, acc_t(0));
-      y0 = n == V::size() ? V::loadu(y) : IO::masked_load(y, n, acc_t(0));
+      g0 = IO::load_vector(dy, n, acc_t(0));
+      y0 = IO::load_vector(y, n, acc_t(0));
       const V s(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, Bwd::term(g0, y0)));
       const V out = Bwd::apply(g0, y0, s);
-      if (n == V::size()) out.store(dx);
-      else _mm256_maskstore_ps(dx, IO::lanes_below(n), out);
+      IO::store_vector(dx, n, out);
       return;
     }
   }

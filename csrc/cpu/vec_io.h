@@ -96,6 +96,13 @@ struct Io {
     const __m256i m = lanes_below(count);
     return _mm256_blendv_ps(_mm256_set1_ps(pad), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
+  // A row of n <= kW elements as one vector, lanes past it `pad` (inline:
+  // the short-row path of row_kernel.h).
+  static V load_vector(const float* p, int64_t n, float pad) { return n == kW ? V::loadu(p) : masked_load(p, n, pad); }
+  static void store_vector(float* p, int64_t n, const V& v) {
+    if (n == kW) v.store(p);
+    else _mm256_maskstore_ps(p, lanes_below(n), v);
+  }
 #else
   static constexpr bool kMasked = false;
 #endif
