@@ -3,7 +3,7 @@ eager and torch.compile, in one process.
 
     python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
         [--dtypes bfloat16,float32] [--modes eager,compiled] [--batch 4]
-        [--variants torch,patch,integration] [--rounds 8] [--steps 3] [--csv PATH]
+        [--variants torch,patch,integration,control] [--rounds 8] [--steps 3] [--csv PATH]
 
 Each model is a small random-init Hugging Face config (eager attention, no
 dropout) trained with AdamW on fixed random data: --batch (4) sequences of 512 tokens
@@ -12,7 +12,9 @@ dropout) trained with AdamW on fixed random data: --batch (4) sequences of 512 t
 - patch: softmax_ext.patch() (torch.softmax, F.softmax, F.cross_entropy, ...
   routed to softmax_ext);
 - integration: softmax_ext.integrations.transformers.apply(model) plus
-  patch() (the loss on the head's logits without the float32 copy).
+  patch() (the loss on the head's logits without the float32 copy);
+- control: plain torch again, a second copy timed like the others (an A/A
+  run: its ratio to the torch variant is the noise of the measurement).
 Every variant has its own copy of the same initial weights and data, so the
 loss curves must agree. The variants of a (model, dtype, mode) are warmed up,
 then timed in interleaved rounds (--steps steps of each variant per round, in
@@ -104,11 +106,11 @@ def build(name: str, batch: int = 4):
 
 @contextlib.contextmanager
 def variant_context(variant: str, model):
-    """The variant's routing on for the block: none (torch), patch(), or
-    patch() plus the transformers integration of `model`."""
+    """The variant's routing on for the block: none (torch, control), patch(),
+    or patch() plus the transformers integration of `model`."""
     from softmax_ext.integrations import transformers as sx_transformers
 
-    if variant != "torch":
+    if variant not in ("torch", "control"):
         softmax_ext.patch()
     if variant == "integration":
         sx_transformers.apply(model)
@@ -274,6 +276,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if min(args.steps, args.warmup, args.rounds) < 1:
         parser.error("--steps, --rounds and --warmup must be at least 1")
+    unknown = set(args.variants.split(",")) - {"torch", "patch", "integration", "control"}
+    if unknown:
+        parser.error(f"--variants: unknown {sorted(unknown)}; accepted: torch, patch, integration, control")
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA device", file=sys.stderr)
         return 1

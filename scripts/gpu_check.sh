@@ -4,7 +4,7 @@
 # CUDA tests under compute-sanitizer, and print a short summary last.
 #
 #   scripts/gpu_check.sh                 build + python -m softmax_ext + tests
-#   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck (SANITIZE_TIMEOUT s each)
+#   SANITIZE=1 scripts/gpu_check.sh      + compute-sanitizer memcheck/racecheck (SANITIZE_TIMEOUT s each), beside the tests
 #   BENCH=1 scripts/gpu_check.sh         + benchmarks (BENCH_ARGS: their options)
 #   HOST=1 scripts/gpu_check.sh          + host cost per call beside torch (bench_host)
 #   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
@@ -53,16 +53,28 @@ if [ "${KERNELS:-0}" = 1 ]; then
   summary+=("kernel names: exit $?, $(wc -l < "$OUT/kernels.txt") cases ($OUT/kernels.txt)")
 fi
 
+# The sanitizer runs (memcheck and racecheck) go on in the background
+# beside the tests: they need the build only.
+sanitizer_pids=()
+if [ "${SANITIZE:-0}" = 1 ]; then
+  for tool in memcheck racecheck; do
+    (
+      timeout "${SANITIZE_TIMEOUT:-0}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        python3 scripts/cuda_smoke.py > "$OUT/sanitize_$tool.log" 2>&1
+      echo "exit $?" > "$OUT/sanitize_$tool.rc"
+    ) &
+    sanitizer_pids+=($!)
+  done
+fi
+
 # (tests/conftest.py shares the CPUs among the eight workers)
 python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
 summary+=("tests: $(tail -1 "$OUT/tests.log")")
 
 if [ "${SANITIZE:-0}" = 1 ]; then
+  wait "${sanitizer_pids[@]}"
   for tool in memcheck racecheck; do
-    timeout "${SANITIZE_TIMEOUT:-0}" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-      python3 scripts/cuda_smoke.py > "$OUT/sanitize_$tool.log" 2>&1
-    rc=$?
-    summary+=("compute-sanitizer $tool: exit $rc, $(grep -E "(ERROR|RACECHECK) SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)")
+    summary+=("compute-sanitizer $tool: $(cat "$OUT/sanitize_$tool.rc"), $(grep -E "(ERROR|RACECHECK) SUMMARY" "$OUT/sanitize_$tool.log" | tail -1)")
   done
 fi
 
