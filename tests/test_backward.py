@@ -281,7 +281,9 @@ def test_float32_exp_within_one_ulp(device):
     """log_softmax_backward with grad_output = -one-hot gives exp(output)
     elementwise (dx_j = 0 - exp(y_j) * -1): the float32 exp of the kernels,
     checked over its whole range, subnormal results, overflow, ±inf and NaN,
-    against float64's exp rounded to float32: within 1 ulp, as torch's."""
+    against float64's exp rounded to float32: within 1 ulp on CPU; within
+    2 ulp on CUDA, the documented bound of CUDA's expf, which torch's CUDA
+    kernels use too."""
     y = torch.cat([torch.linspace(-110.0, 90.0, 200_001),
                    torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 88.72283935546875,
                                  88.7228, -87.336544, -103.97, -103.2789, -1e-30, 1e-30])]).float()
@@ -293,5 +295,5 @@ def test_float32_exp_within_one_ulp(device):
     assert torch.equal(torch.isnan(dx), torch.isnan(ref))
     keep = ~torch.isnan(ref)
     ulps = (dx[keep].view(torch.int32).long() - ref[keep].view(torch.int32).long()).abs()
-    assert int(ulps.max()) <= 1, y[keep][ulps.argmax()]
+    assert int(ulps.max()) <= (2 if device == "cuda" else 1), y[keep][ulps.argmax()]
     assert dx[-12] == float("inf") and dx[-11] == 0.0 and dx[-7] == float("inf")
