@@ -34,22 +34,6 @@ def kept_targets(target, ignore_index):
     return keep, torch.where(keep, target, torch.zeros_like(target)).long()
 
 
-def float32_loss(logits, target, lse, total_weight, weight, ignore_index, reduction):
-    """The float32 value of a cross-entropy (label_smoothing 0) of rows of
-    16-bit `logits` from the float32 `lse` and `total_weight` that
-    _cross_entropy_forward returns: lse - the target's logit, weighted, 0 for
-    ignored rows, then reduced; an O(rows) gather, no second pass over the
-    logits. (The op itself returns the loss in the logits' dtype.)"""
-    keep, safe = kept_targets(target, ignore_index)
-    rows = lse - logits.gather(1, safe.unsqueeze(1)).squeeze(1).to(torch.float32)
-    if weight is not None:
-        rows = rows * weight.to(torch.float32)[safe]
-    rows = torch.where(keep, rows, torch.zeros_like(rows))
-    if reduction == "none":
-        return rows
-    return rows.sum() if reduction == "sum" else rows.sum() / total_weight
-
-
 def _check(logits, target, weight, reduction, label_smoothing):
     if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
         raise TypeError(f"{_OP}: logits and target must be tensors")
@@ -146,11 +130,11 @@ def _fake_check(op, logits, target, weight, reduction):
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_forward")
 def _forward_fake(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                  inplace_backward=False):
+                  inplace_backward=False, acc_loss=False):
     _fake_check("softmax_ext._cross_entropy_forward", logits, target, weight, reduction)
     n = logits.shape[0]
-    loss = logits.new_empty((n,) if reduction == "none" else ())
     acc = _acc(logits.dtype)
+    loss = logits.new_empty((n,) if reduction == "none" else (), dtype=acc if acc_loss else logits.dtype)
     return loss, logits.new_empty((n,), dtype=acc), logits.new_empty((), dtype=acc)
 
 
@@ -170,7 +154,7 @@ def _backward_inplace_fake(grad_loss, logits, target, weight, lse, total_weight,
 
 
 def _setup(ctx, inputs, output):
-    logits, target, weight, ignore_index, reduction, label_smoothing, inplace = inputs
+    logits, target, weight, ignore_index, reduction, label_smoothing, inplace, _acc_loss = inputs
     _loss, lse, total = output
     ctx.args = (ignore_index, reduction, label_smoothing)
     ctx.inplace = inplace
@@ -179,7 +163,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad_loss, _grad_lse, _grad_total):
     if not ctx.needs_input_grad[0]:
-        return None, None, None, None, None, None, None
+        return (None,) * 8
     logits, target, weight, lse, total = ctx.saved_tensors
     if ctx.inplace:
         # The caller gave the logits up: the gradient is written over them
@@ -188,7 +172,7 @@ def _backward(ctx, grad_loss, _grad_lse, _grad_total):
         grad = logits
     else:
         grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
-    return grad, None, None, None, None, None, None
+    return (grad,) + (None,) * 7
 
 
 torch.library.register_autograd("softmax_ext::_cross_entropy_forward", _backward, setup_context=_setup)

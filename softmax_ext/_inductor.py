@@ -47,7 +47,7 @@ import torch
 from torch.utils.weak import WeakTensorKeyDictionary
 
 from . import _import_hooks
-from ._cross_entropy import float32_loss, kept_targets
+from ._cross_entropy import kept_targets
 
 HANDOFF = os.environ.get("SOFTMAX_EXT_INDUCTOR_HANDOFF", "1") != "0"
 HANDOFF_MAX_ROW = 1024
@@ -172,13 +172,13 @@ def _upcast_source(x: torch.Tensor):
 
 
 def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduction="mean",
-                           label_smoothing=0.0, inplace_backward=False):
+                           label_smoothing=0.0, inplace_backward=False, acc_loss=False):
     x16 = _upcast_source(logits) if label_smoothing == 0.0 else None
     if x16 is None:
         return NotImplemented
-    _, lse, total = _ops._cross_entropy_forward.default(
-        x16, target, weight, ignore_index, reduction, label_smoothing, False)
-    return float32_loss(x16, target, lse, total, weight, ignore_index, reduction), lse, total
+    # the loss in float32, the dtype of the upcast logits
+    return _ops._cross_entropy_forward.default(x16, target, weight, ignore_index, reduction, label_smoothing,
+                                               False, True)
 
 
 def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,

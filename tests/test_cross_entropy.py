@@ -213,6 +213,38 @@ def test_errors():
         torch.ops.softmax_ext._cross_entropy_forward(x, t[:2])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_acc_loss(device, dtype, reduction):
+    """acc_loss=True: the loss in the accumulation dtype (float32 for 16-bit
+    logits, float64 for float64), the same value the default output rounds
+    to the logits' dtype, within float32 accuracy of float64's; the
+    gradient is the default one."""
+    ops = torch.ops.softmax_ext
+    x, t, w = _inputs(37, 301, dtype, device, seed=21, ignore=True, weight=True)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    for smoothing in (0.0, 0.2):
+        xs = [x.clone().requires_grad_(True) for _ in range(2)]
+        plain, lse, total = ops._cross_entropy_forward(xs[0], t, w, -100, reduction, smoothing)
+        ours, lse2, total2 = ops._cross_entropy_forward(xs[1], t, w, -100, reduction, smoothing, False, True)
+        assert plain.dtype == dtype and ours.dtype == acc and ours.shape == plain.shape
+        assert torch.equal(lse, lse2) and torch.equal(total, total2)
+        assert torch.equal(ours.to(dtype), plain), "acc_loss rounded to the logits' dtype is the default loss"
+        _, ref = _reference(x, t, w, reduction, smoothing)
+        tol = 1e-10 if dtype == torch.float64 else 2e-5
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(ours.detach().double().cpu(), ref.detach(), rtol=tol, atol=tol * scale)
+        g = torch.rand(plain.shape, dtype=torch.float64, generator=_gen(3)).to(device)
+        (gp,) = torch.autograd.grad(plain, xs[0], g.to(dtype))
+        (go,) = torch.autograd.grad(ours, xs[1], g.to(acc))
+        assert go.dtype == dtype
+        if dtype in (torch.float32, torch.float64):
+            assert torch.equal(gp, go)
+        else:  # the upstream gradient read in float32 or after its rounding to 16 bits
+            _assert_close(go, gp, dtype, f"acc_loss gradient {reduction} smoothing={smoothing}")
+
+
 def _opcheck_samples(device):
     x, t, w = _inputs(6, 40, torch.float32, device, seed=12, ignore=True, weight=True)
     xb, tb, _ = _inputs(3, 24, torch.bfloat16, device, seed=13)
@@ -220,6 +252,8 @@ def _opcheck_samples(device):
     for red in ("mean", "sum", "none"):
         out.append(((x.clone().requires_grad_(True), t, w, -100, red, 0.1, False), red))
     out.append(((xb.clone().requires_grad_(True), tb, None, -100, "mean", 0.0, False), "bf16"))
+    for red in ("mean", "none"):  # the loss in float32 (acc_loss)
+        out.append(((xb.clone().requires_grad_(True), tb, None, -100, red, 0.1, False, True), "bf16 acc_loss"))
     return out
 
 
@@ -229,7 +263,7 @@ def test_opcheck(device):
     for args, _ in _opcheck_samples(device):
         torch.library.opcheck(ops._cross_entropy_forward.default, args)
         torch.library.opcheck(ops.cross_entropy.default, args[:6])
-        x, t, w, ii, red, ls, _ = args
+        x, t, w, ii, red, ls = args[:6]
         loss, lse, total = ops._cross_entropy_forward.default(x.detach(), t, w, ii, red, ls)
         g = torch.rand_like(loss)
         bargs = (g, x.detach(), t, w, lse, total, ii, red, ls)

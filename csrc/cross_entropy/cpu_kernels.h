@@ -142,8 +142,11 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(p.classes);
   acc_t* lse_out = static_cast<acc_t*>(b.lse);
-  acc_t* row_loss = static_cast<acc_t*>(workspace);
-  T* loss_none = static_cast<T*>(b.loss);
+  // Per-row losses: the workspace for mean / sum; for "none" the output,
+  // written as T or (acc_loss) as acc_t.
+  const bool none = p.reduction == Reduction::None;
+  acc_t* row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
+  T* loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
   std::atomic<bool> bad{false};
   std::atomic<int64_t> bad_value{0};
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
@@ -165,7 +168,7 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
         }
       }
       lse_out[r] = lse;
-      if (p.reduction == Reduction::None) {
+      if (loss_none != nullptr) {
         loss_none[r] = static_cast<T>(loss);
       } else {
         row_loss[r] = loss;
@@ -182,11 +185,14 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
     const int64_t t = read_target(p, b.target, r);
     if (t == p.ignore_index) continue;
     total += w != nullptr ? w[t] : acc_t(1);
-    if (p.reduction != Reduction::None) sum += row_loss[r];
+    if (!none) sum += row_loss[r];
   }
   *static_cast<acc_t*>(b.total_weight) = total;
-  if (p.reduction != Reduction::None)
-    *static_cast<T*>(b.loss) = static_cast<T>(p.reduction == Reduction::Mean ? sum / total : sum);
+  if (!none) {
+    const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;
+    if (p.acc_loss) *static_cast<acc_t*>(b.loss) = value;
+    else *static_cast<T*>(b.loss) = static_cast<T>(value);
+  }
   return true;
 }
 

@@ -5,8 +5,11 @@
 // which carries the autograd formula.
 //
 //   _cross_entropy_forward(logits (N, C), target (N), weight?, ignore_index,
-//       reduction, label_smoothing, inplace_backward) -> (loss, lse, total_weight)
-//     loss: (N) for "none", () otherwise, in the logits' dtype; lse: (N) and
+//       reduction, label_smoothing, inplace_backward, acc_loss)
+//       -> (loss, lse, total_weight)
+//     loss: (N) for "none", () otherwise, in the logits' dtype, or with
+//     acc_loss in the accumulation dtype (the float32 value of a 16-bit
+//     model's loss, with no rounding to 16 bits); lse: (N) and
 //     total_weight: () in float32 (float64 for float64 logits). The
 //     inplace_backward flag only tells the autograd formula which backward
 //     op to call.
@@ -74,7 +77,7 @@ int64_t row_stride_of(const at::Tensor& t) {
 }
 
 CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_weight, int64_t ignore_index,
-                       Reduction reduction, double smoothing) {
+                       Reduction reduction, double smoothing, bool acc_loss = false) {
   CeProblem p;
   p.device_type = x.device().type();
   p.device_index = x.is_cuda() ? x.device().index() : -1;
@@ -88,6 +91,7 @@ CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_w
   p.has_weight = has_weight;
   p.smoothing = smoothing;
   p.ignore_index = ignore_index;
+  p.acc_loss = acc_loss && p.acc_dtype() != p.dtype;
   return p;
 }
 
@@ -107,15 +111,16 @@ WeightArgs weight_args(const std::optional<at::Tensor>& weight, c10::ScalarType 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_in, const at::Tensor& target_in,
                                                        const std::optional<at::Tensor>& weight,
                                                        int64_t ignore_index, c10::string_view reduction_name,
-                                                       double smoothing, bool /*inplace_backward*/) {
+                                                       double smoothing, bool /*inplace_backward*/,
+                                                       bool acc_loss) {
   const Reduction reduction = parse_reduction(kFwd, reduction_name);
   const at::Tensor x = check_args(kFwd, logits_in, target_in, weight, smoothing);
   const at::Tensor target = target_in.contiguous();
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t n = x.size(0);
   c10::OptionalDeviceGuard guard(x.device());
-  at::Tensor loss = reduction == Reduction::None ? at::empty({n}, x.options())
-                                                 : at::empty({}, x.options());
+  const at::TensorOptions loss_options = x.options().dtype(acc_loss ? acc : x.scalar_type());
+  at::Tensor loss = reduction == Reduction::None ? at::empty({n}, loss_options) : at::empty({}, loss_options);
   at::Tensor lse = at::empty({n}, x.options().dtype(acc));
   at::Tensor total = at::empty({}, x.options().dtype(acc));
   if (n == 0) {
@@ -124,8 +129,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_
     return {loss, lse, total};
   }
   const WeightArgs w = weight_args(weight, acc, smoothing);
-  const CePlan plan = select_ce(make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing),
-                                /*backward=*/false);
+  const CePlan plan = select_ce(
+      make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing, acc_loss), /*backward=*/false);
   CeBuffers b;
   b.logits = x.const_data_ptr();
   b.target = target.const_data_ptr();
@@ -245,7 +250,7 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
         "str reduction=\"mean\", float label_smoothing=0.0) -> Tensor",
         tags);
   m.def("_cross_entropy_forward(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
-        "str reduction=\"mean\", float label_smoothing=0.0, bool inplace_backward=False) "
+        "str reduction=\"mean\", float label_smoothing=0.0, bool inplace_backward=False, bool acc_loss=False) "
         "-> (Tensor loss, Tensor lse, Tensor total_weight)",
         tags);
   m.def("_cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, Tensor? weight, Tensor lse, "

@@ -41,6 +41,7 @@ struct CeProblem {
   bool has_weight = false;
   double smoothing = 0.0;
   int64_t ignore_index = -100;
+  bool acc_loss = false;   // the loss in acc_dtype() (16-bit logits: float32) instead of dtype
 
   c10::ScalarType acc_dtype() const {
     return dtype == c10::ScalarType::Double ? c10::ScalarType::Double : c10::ScalarType::Float;

@@ -167,7 +167,7 @@ def _softmax_matmul_backward_rule(op: str, grad_output, x, v, output, lse) -> Li
 
 
 def _cross_entropy_forward_rule(op: str, logits, target, weight, ignore_index, reduction, label_smoothing,
-                                inplace_backward) -> List:
+                                inplace_backward, acc_loss) -> List:
     """(logits (N, C), target (N), weight (C)?) -> (loss, lse (N), total
     weight ()): Replicate; or the rows sharded, where a "none" loss is
     sharded like them and a "sum" loss and the total weight are Partial (a
@@ -176,10 +176,10 @@ def _cross_entropy_forward_rule(op: str, logits, target, weight, ignore_index, r
     check_placements(op, [logits, target], [1, None])
     R = Replicate()
     w = None if weight is None else R
-    entries = [([R, R, R], [R, R, w] + [None] * 4)]
+    entries = [([R, R, R], [R, R, w] + [None] * 5)]
     if reduction in ("none", "sum"):
         loss = Shard(0) if reduction == "none" else Partial()
-        entries.append(([loss, Shard(0), Partial()], [Shard(0), Shard(0), w] + [None] * 4))
+        entries.append(([loss, Shard(0), Partial()], [Shard(0), Shard(0), w] + [None] * 5))
     return entries
 
 

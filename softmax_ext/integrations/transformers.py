@@ -29,7 +29,6 @@ from typing import Dict, Optional
 import torch
 
 from .. import nn as sx_nn
-from .._cross_entropy import float32_loss
 from ..patching import routed
 
 # Modeling modules given the softmax_ext namespace: module -> its own names.
@@ -86,16 +85,9 @@ def _fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: 
     num_items_in_batch when given, "mean" otherwise; a float32 loss whose
     value is the float32 one transformers computes on `logits.float()`."""
     reduction = "sum" if num_items_in_batch is not None else "mean"
-    loss, lse, total = torch.ops.softmax_ext._cross_entropy_forward.default(
-        source, target, None, ignore_index, reduction, 0.0, False)
-    loss = loss.float()
-    if source.dtype != loss.dtype:
-        # The op returns the loss in the logits' dtype. Its float32 value,
-        # from the float32 log-sum-exp and the target logits (an O(rows)
-        # gather), replaces the rounded one; the gradient, computed in
-        # float32 by the op's backward, is the same for both.
-        exact = float32_loss(source, target, lse, total, None, ignore_index, reduction)
-        loss = loss + (exact - loss).detach()
+    # acc_loss: the loss in float32 for 16-bit logits (not rounded to 16 bits)
+    loss = torch.ops.softmax_ext._cross_entropy_forward.default(
+        source, target, None, ignore_index, reduction, 0.0, False, True)[0]
     if reduction == "sum":
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(loss.device)

@@ -188,25 +188,29 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
   }
 }
 
-// One block: the non-ignored targets' total weight and (mean / sum) the sum of the
-// per-row losses, each thread over a fixed stride of rows, then a fixed-order block reduction.
+// One block: the non-ignored targets' total weight and (mean / sum: one of
+// `loss` and `loss_acc` set) the sum of the per-row losses, each thread over
+// a fixed stride of rows, then a fixed-order block reduction.
 template <typename T>
-__global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* total_weight,
-                                                         bool mean) {
+__global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* loss_acc,
+                                                         acc_type<T>* total_weight, bool mean) {
   using acc_t = acc_type<T>;
+  const bool reduce = loss != nullptr || loss_acc != nullptr;
   acc_t tw = 0, sum = 0;
   for (int64_t row = threadIdx.x; row < a.rows; row += 1024) {
     const int64_t t = load_target(a.target64, a.target32, row);
     if (t == a.ignore_index) continue;
     tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
-    if (a.row_loss != nullptr) sum += a.row_loss[row];
+    if (reduce) sum += a.row_loss[row];
   }
   __shared__ acc_t scratch[cuda::kWarpSize];
   tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
   sum = cuda::block_all_reduce(sum, cuda::Sum{}, acc_t(0), scratch);
   if (threadIdx.x == 0) {
     *total_weight = tw;
-    if (a.row_loss != nullptr) *loss = cuda::convert<T>(mean ? sum / tw : sum);
+    const acc_t value = mean ? sum / tw : sum;
+    if (loss_acc != nullptr) *loss_acc = value;
+    else if (loss != nullptr) *loss = cuda::convert<T>(value);
   }
 }
 
@@ -329,9 +333,11 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
     a.weight = static_cast<const acc_t*>(b.weight);
     a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+    // Per-row losses: the workspace for mean / sum; for "none" the output,
+    // written as T or (acc_loss) as acc_t.
     const bool none = p.reduction == Reduction::None;
-    a.loss_none = none ? static_cast<T*>(b.loss) : nullptr;
-    a.row_loss = none ? nullptr : static_cast<acc_t*>(workspace);
+    a.loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
+    a.row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
     a.lse = static_cast<acc_t*>(b.lse);
     a.rows = p.rows;
     a.classes = p.classes;
@@ -346,7 +352,9 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });
-    ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, static_cast<T*>(b.loss), static_cast<acc_t*>(b.total_weight),
+    T* loss = none || p.acc_loss ? nullptr : static_cast<T*>(b.loss);
+    acc_t* loss_acc = !none && p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr;
+    ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, loss, loss_acc, static_cast<acc_t*>(b.total_weight),
                                                 p.reduction == Reduction::Mean);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
