@@ -21,9 +21,9 @@ Inductor write the float32 copy, and its float32 gradient be cast back to
 _cross_entropy_backward are an exact upcast of 16-bit logits in the traced
 graph (a convert_element_type node, possibly under views; label_smoothing
 0), the forward calls the op on the upcast cast back to 16 bits: Inductor folds
-the pair of casts away, so the kernel reads the 16-bit logits. The float32
-loss is recomputed from the float32 log-sum-exp the op returns and the
-target logits (an O(N) gather), so it equals the float32 call's. The
+the pair of casts away, so the kernel reads the 16-bit logits. The op
+returns the loss in float32 (acc_loss), the value the float32 call would
+have given before any rounding to 16 bits. The
 backward, pointwise once the log-sum-exp is known, becomes aten ops on the
 16-bit logits that Inductor fuses with the gradient's cast back to 16 bits
 (and with whatever else AOTAutograd adds to it) into one pass. Logits that
