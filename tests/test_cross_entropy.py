@@ -234,7 +234,7 @@ def test_acc_loss(device, dtype, reduction):
         _, ref = _reference(x, t, w, reduction, smoothing)
         tol = 1e-10 if dtype == torch.float64 else 2e-5
         scale = ref.abs().max().item()
-        torch.testing.assert_close(ours.detach().double().cpu(), ref.detach(), rtol=tol, atol=tol * scale)
+        torch.testing.assert_close(ours.detach().double().cpu(), ref.detach().cpu(), rtol=tol, atol=tol * scale)
         g = torch.rand(plain.shape, dtype=torch.float64, generator=_gen(3)).to(device)
         (gp,) = torch.autograd.grad(plain, xs[0], g.to(dtype))
         (go,) = torch.autograd.grad(ours, xs[1], g.to(acc))
