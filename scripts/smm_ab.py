@@ -2,7 +2,7 @@
 docs/softmax_matmul.md) at the benchmark's shapes, beside the naive version
 and the matmul ceiling, in one process.
 
-    python scripts/smm_ab.py [--backward] [--profile] [d2 ...]
+    python scripts/smm_ab.py [--backward] [--profile] [--only=bf16,tf32,f32] [d2 ...]
 
 --profile: the CUDA kernels of one softmax_ext call (forward and backward)
 at the largest d2, per dtype, with their times.
@@ -17,7 +17,8 @@ from triton.testing import do_bench
 
 import softmax_ext
 
-FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
+FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "bn128": {"SOFTMAX_EXT_SMM_BN": "128"},
+           "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}}
 BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-unstaged": {"SOFTMAX_EXT_SMM_DX_STAGED": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
 
@@ -66,8 +67,11 @@ def main(argv):
     b, d1, d3 = 16, 2048, 512
     print(torch.cuda.get_device_name(), torch.__version__)
     variants = BACKWARD if backward else FORWARD
+    only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--only=")), None)
     for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("tf32", torch.float32, True),
                               ("f32", torch.float32, False)):
+        if only is not None and name not in only:
+            continue
         torch.backends.cuda.matmul.allow_tf32 = tf32
         top = ceiling(dtype)
         for d2 in d2s:

@@ -111,6 +111,12 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
       p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
       p.bk = 64;
     }
+    // SOFTMAX_EXT_SMM_BN=64|128|256: the 16-bit / TF32 forward's columns of
+    // d3 per CTA (A/B work; read at each call)
+    if (const char* env = std::getenv("SOFTMAX_EXT_SMM_BN"); env != nullptr && p.math != Math::kExactF32) {
+      const int bn = std::atoi(env);
+      if (bn == 128 || bn == 256 || (bn == 64 && !f32)) p.bn = bn;
+    }
     const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
   } else if (tensor_cores) {
