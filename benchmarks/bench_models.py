@@ -3,7 +3,7 @@ eager and torch.compile, in one process.
 
     python -m benchmarks.bench_models [--models gpt2,bert,llama,vit,t5,clip]
         [--dtypes bfloat16,float32] [--modes eager,compiled] [--batch 4]
-        [--variants torch,patch,integration,control] [--rounds 8] [--steps 3] [--csv PATH]
+        [--variants torch,patch,integration,control] [--rounds 8] [--steps 3] [--paired] [--csv PATH]
 
 Each model is a small random-init Hugging Face config (eager attention, no
 dropout) trained with AdamW on fixed random data: --batch (4) sequences of 512 tokens
@@ -26,10 +26,18 @@ Llama model (vocabulary 128256), --loss-profile adds the GPU time of the
 loss's own kernels (cross-entropy / log_softmax / nll forward and backward).
 Every row also gives the GPU time of all of a step's kernels (from a profile
 of a few steps): a step whose wall time is well above it is host-bound.
+
+--paired times every variant on one copy of the model (one set of weights,
+optimiser state, compiled function and data), switching the routing between
+steps: what differs between two copies (where their tensors and Python
+objects sit) then falls on no variant, and the comparison is of the
+routing alone. The loss columns mean nothing there (the variants train one
+model in turns); the unpaired run compares the loss curves.
 """
 
 import argparse
 import contextlib
+import copy
 import csv
 import gc
 import statistics
@@ -145,6 +153,15 @@ class Case:
         self.losses, self.times, self.peaks = [], [], []
         self.error = None  # what a timed step raised
 
+    def view(self, variant):
+        """Another variant on this case's model, optimiser, compiled function
+        and data (--paired), with its own times."""
+        other = copy.copy(self)
+        other.variant = variant
+        other.losses, other.times, other.peaks = [], [], []
+        other.error = None
+        return other
+
     def step(self):
         self.opt.zero_grad(set_to_none=True)
         loss = _loss_of(self.fwd(**self.batches[self.i % len(self.batches)]))
@@ -180,14 +197,20 @@ class Case:
                 self.losses.append(float(loss))
 
 
-def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_profile, batch=4):
+def run_model(name, dtype, mode, variants, steps, warmup, rounds, device, loss_profile, batch=4, paired=False):
     """The variants of one (model, dtype, mode), timed in interleaved rounds
     (each round runs every variant for `steps` steps, in a rotating order), so
-    that drifts of the machine fall on every variant alike."""
+    that drifts of the machine fall on every variant alike. paired: every
+    variant on the first one's model (Case.view)."""
     cases = []
+    first = None
     for variant in variants:
         try:
-            case = Case(name, dtype, mode, variant, device, batch)
+            if paired and first is not None:
+                case = first.view(variant)
+            else:
+                case = Case(name, dtype, mode, variant, device, batch)
+                first = first or case
             case.run(warmup, timed=False)
             cases.append(case)
         except Exception as e:  # noqa: BLE001  (a crash is a result to record)
@@ -272,6 +295,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=4,
                         help="sequences of 512 tokens a step (ViT, CLIP: 4x this many images); "
                              "larger batches make the steps GPU-bound")
+    parser.add_argument("--paired", action="store_true",
+                        help="every variant on one copy of the model, the routing switched between steps")
     parser.add_argument("--csv", default=None)
     args = parser.parse_args(argv)
     if min(args.steps, args.warmup, args.rounds) < 1:
@@ -298,12 +323,14 @@ def main(argv=None) -> int:
             for mode in args.modes.split(","):
                 torch._dynamo.reset()
                 found = run_model(name, dtype, mode, args.variants.split(","), args.steps, args.warmup,
-                                  args.rounds, device, args.loss_profile and name == "llama", args.batch)
+                                  args.rounds, device, args.loss_profile and name == "llama", args.batch,
+                                  args.paired)
                 base = next((r for r in found if r["variant"] == "torch" and "step_ms" in r), None)
                 for row in found:
                     if base is not None and "step_ms" in row:
                         row["ratio_vs_torch"] = row["step_ms"] / base["step_ms"]
-                        row["max_loss_diff"] = max(abs(a - b) for a, b in zip(row["losses"], base["losses"]))
+                        if not args.paired:
+                            row["max_loss_diff"] = max(abs(a - b) for a, b in zip(row["losses"], base["losses"]))
                     rows.append(row)
                     if writer:
                         writer.writerow(row)
