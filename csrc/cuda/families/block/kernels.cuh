@@ -22,6 +22,22 @@
 
 namespace softmax_ext::cuda {
 
+// This thread's view positions of a row held by a cluster of `cluster_size`
+// blocks: first, first + stride, ... (kPacks packs of P), in block b's
+// [b * C, (b + 1) * C), C = blockDim.x * kPacks * P; capacity = cluster_size * C.
+template <int kPacks, int P>
+struct ClusterRowSpan {
+  int first;
+  int stride;
+  int64_t capacity;
+  __device__ __forceinline__ explicit ClusterRowSpan(int cluster_size) {
+    const int block_positions = blockDim.x * kPacks * P;
+    first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
+    stride = blockDim.x * P;
+    capacity = int64_t{block_positions} * cluster_size;
+  }
+};
+
 template <template <typename> class Epilogue, typename in_t, typename out_t, int kPacks, bool kPacked,
           bool kStaged>
 __global__ void __launch_bounds__(kMaxBlockThreads)
@@ -36,32 +52,29 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   unsigned round = 0;
 
   const ClusterRowLoop loop{cluster_size};
-  const int block_positions = blockDim.x * kPacks * P;
-  const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
-  const int stride = blockDim.x * P;
-  const int64_t capacity = int64_t{block_positions} * cluster_size;
+  const ClusterRowSpan<kPacks, P> span(cluster_size);
 
   extern __shared__ uint4 stage_shared[];
   StageOf<kStaged, 1, kPacks> stage(stage_shared);
   const in_t* const staged_operands[1] = {x};
   if constexpr (kStaged)
     if (loop.start() < layout.rows)
-      stage.issue_row(layout, loop.start(), staged_operands, capacity, first, stride);
+      stage.issue_row(layout, loop.start(), staged_operands, span.capacity, span.first, span.stride);
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
     const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, capacity);
+    const RowView view = make_view(x_row, layout.axis_size, span.capacity);
 
     Fragment<in_t, out_t, kPacks, kPacked> v;
     if constexpr (kStaged) {
       stage.wait();
-      v.load_staged(stage, 0, x_row, view, first, stride, neg_infinity<acc_t>());
+      v.load_staged(stage, 0, x_row, view, span.first, span.stride, neg_infinity<acc_t>());
       if (row + loop.step() < layout.rows)
-        stage.issue_row(layout, row + loop.step(), staged_operands, capacity, first, stride);
+        stage.issue_row(layout, row + loop.step(), staged_operands, span.capacity, span.first, span.stride);
     } else {
-      v.load(x_row, view, first, stride, neg_infinity<acc_t>());
+      v.load(x_row, view, span.first, span.stride, neg_infinity<acc_t>());
     }
     using Epi = Epilogue<acc_t>;
     // Unpacked softmax keeps exp(x - m) in place of x, m the thread's own
@@ -79,10 +92,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
     const Epi epilogue(stats.max, stats.sum);
     if constexpr (kKeep) {
       const acc_t scale = epilogue.scale_from(local_max);
-      store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+      store_fragment<out_t, kPacks, P>(y + offset[1], view, span.first, span.stride,
                                        [&](int k, int e) { return epilogue.finish(v.v[k][e], scale); });
     } else {
-      store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+      store_fragment<out_t, kPacks, P>(y + offset[1], view, span.first, span.stride,
                                        [&](int k, int e) { return epilogue(v.template at<1>(k, e)); });
     }
   }
@@ -104,33 +117,30 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
   unsigned round = 0;
 
   const ClusterRowLoop loop{cluster_size};
-  const int block_positions = blockDim.x * kPacks * P;
-  const int first = static_cast<int>(cluster_rank()) * block_positions + static_cast<int>(threadIdx.x) * P;
-  const int stride = blockDim.x * P;
-  const int64_t capacity = int64_t{block_positions} * cluster_size;
+  const ClusterRowSpan<kPacks, P> span(cluster_size);
 
   extern __shared__ uint4 stage_shared[];
   StageOf<kStaged, 2, kPacks> stage(stage_shared);
   const scalar_t* const staged_operands[2] = {dy, y};
   if constexpr (kStaged)
     if (loop.start() < layout.rows)
-      stage.issue_row(layout, loop.start(), staged_operands, capacity, first, stride);
+      stage.issue_row(layout, loop.start(), staged_operands, span.capacity, span.first, span.stride);
 
   for (int64_t row = loop.start(); row < layout.rows; row += loop.step()) {
     int64_t offset[3];
     layout.row_offsets(row, offset);
-    const RowView view = make_view(dy + offset[0], layout.axis_size, capacity);
+    const RowView view = make_view(dy + offset[0], layout.axis_size, span.capacity);
 
     using Frag = Fragment<scalar_t, scalar_t, kPacks, kPacked>;
     Frag g, v;
     if constexpr (kStaged) {
       stage.wait();
-      g.load_staged(stage, 0, dy + offset[0], view, first, stride, acc_t(0));
-      v.load_staged(stage, 1, y + offset[1], view, first, stride, acc_t(0));
+      g.load_staged(stage, 0, dy + offset[0], view, span.first, span.stride, acc_t(0));
+      v.load_staged(stage, 1, y + offset[1], view, span.first, span.stride, acc_t(0));
       if (row + loop.step() < layout.rows)
-        stage.issue_row(layout, row + loop.step(), staged_operands, capacity, first, stride);
+        stage.issue_row(layout, row + loop.step(), staged_operands, span.capacity, span.first, span.stride);
     } else {
-      Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, first, stride);
+      Frag::load_pair(g, v, dy + offset[0], y + offset[1], view, span.first, span.stride);
     }
     acc_t sum = 0;
 #pragma unroll
@@ -144,7 +154,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                              [](acc_t part) { return warp_all_reduce(part, Sum{}); });
 
     const Epi epilogue(sum);
-    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
+    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, span.first, span.stride,
                                         [&](int k, int e) { return epilogue(g.template at<1>(k, e), v.template at<1>(k, e)); });
   }
   if (cluster_size > 1) cluster_exchange_exit(round);
