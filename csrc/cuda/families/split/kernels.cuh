@@ -43,6 +43,18 @@ struct SplitTile {
   }
 };
 
+// A thread's view positions in the tiles of a row: tile t holds
+// [t * positions, (t + 1) * positions); the thread's kPacks packs of P start
+// at first(t), `stride` apart.
+template <int kPacks, int P>
+struct SplitTiles {
+  int64_t positions;
+  int64_t stride;
+  __device__ __forceinline__ SplitTiles()
+      : positions(int64_t{blockDim.x} * kPacks * P), stride(int64_t{blockDim.x} * P) {}
+  __device__ __forceinline__ int64_t first(int64_t tile) const { return tile * positions + int64_t{threadIdx.x} * P; }
+};
+
 // A row's partials folded into one, by every thread of the block, in the
 // same order wherever it runs: the max of their maxes, then their sums
 // rescaled to it (forward); their sum (backward). __ldcg: the partials may
@@ -88,20 +100,18 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
   __shared__ MaxSum<acc_t> scratch[kWarpSize];
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   for (int64_t item = blockIdx.x; item < g.rows * g.chunks; item += gridDim.x) {
     const SplitChunk at(item, g);
     int64_t offset[2];
     layout.row_offsets(at.row, offset);
     const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, g.tiles * tile_positions);
+    const RowView view = make_view(x_row, layout.axis_size, g.tiles * tiles.positions);
     // Running per-thread statistics over the chunk's tiles, one rescale per tile.
     MaxSum<acc_t> stats = empty_stats<acc_t>();
     for (int64_t tile = at.begin; tile < at.end; ++tile) {
       acc_t v[kPacks][P];
-      load_fragment<out_t>(x_row, view, tile * tile_positions + int64_t{threadIdx.x} * P, stride, v,
-                           neg_infinity<acc_t>());
+      load_fragment<out_t>(x_row, view, tiles.first(tile), tiles.stride, v, neg_infinity<acc_t>());
       stats = combine(stats, tile_stats<out_t>(v));
     }
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
@@ -127,21 +137,20 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
                                const RowIndexer<2> layout, const SplitShape g) {
   using acc_t = acc_type<out_t>;
   constexpr int P = kPack<in_t>;
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   for (int64_t item = blockIdx.x; item < g.rows * g.apply_tiles; item += gridDim.x) {
     const SplitTile at(item, g);
     int64_t offset[2];
     layout.row_offsets(at.row, offset);
     const in_t* x_row = x + offset[0];
-    const RowView view = make_view(x_row, layout.axis_size, g.apply_tiles * tile_positions);
-    const int64_t first = at.tile * tile_positions + int64_t{threadIdx.x} * P;
+    const RowView view = make_view(x_row, layout.axis_size, g.apply_tiles * tiles.positions);
+    const int64_t first = tiles.first(at.tile);
 
     acc_t v[kPacks][P];
-    load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
+    load_fragment<out_t>(x_row, view, first, tiles.stride, v, neg_infinity<acc_t>());
     const MaxSum<acc_t> total = totals[at.row];
     const Epilogue<acc_t> epilogue(total.max, total.sum);
-    store_fragment<out_t, kPacks, P>(y + offset[1], view, first, stride,
+    store_fragment<out_t, kPacks, P>(y + offset[1], view, first, tiles.stride,
                                      [&](int k, int e) { return epilogue(v[k][e]); });
   }
 }
@@ -156,21 +165,20 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
   __shared__ acc_t scratch[kWarpSize];
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   for (int64_t item = blockIdx.x; item < g.rows * g.chunks; item += gridDim.x) {
     const SplitChunk at(item, g);
     int64_t offset[3];
     layout.row_offsets(at.row, offset);
-    const RowView view = make_view(dy + offset[0], layout.axis_size, g.tiles * tile_positions);
+    const RowView view = make_view(dy + offset[0], layout.axis_size, g.tiles * tiles.positions);
     acc_t sum = 0;
     for (int64_t tile = at.begin; tile < at.end; ++tile) {
-      const int64_t first = tile * tile_positions + int64_t{threadIdx.x} * P;
+      const int64_t first = tiles.first(tile);
       acc_t gv[kPacks][P], v[kPacks][P];
       if constexpr (Epi::kReduceReadsY) {
-        load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, gv, v);
+        load_fragment_pair(dy + offset[0], y + offset[1], view, first, tiles.stride, gv, v);
       } else {
-        load_fragment<scalar_t>(dy + offset[0], view, first, stride, gv, acc_t(0));
+        load_fragment<scalar_t>(dy + offset[0], view, first, tiles.stride, gv, acc_t(0));
       }
       sum = add_reduce_terms<Epi>(sum, gv, v);
     }
@@ -199,19 +207,18 @@ __global__ void __launch_bounds__(kSplitThreads, kBlocksPerSM)
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
   constexpr int P = kPack<scalar_t>;
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   for (int64_t item = blockIdx.x; item < g.rows * g.apply_tiles; item += gridDim.x) {
     const SplitTile at(item, g);
     int64_t offset[3];
     layout.row_offsets(at.row, offset);
-    const RowView view = make_view(dy + offset[0], layout.axis_size, g.apply_tiles * tile_positions);
-    const int64_t first = at.tile * tile_positions + int64_t{threadIdx.x} * P;
+    const RowView view = make_view(dy + offset[0], layout.axis_size, g.apply_tiles * tiles.positions);
+    const int64_t first = tiles.first(at.tile);
 
     acc_t gv[kPacks][P], v[kPacks][P];
-    load_fragment_pair(dy + offset[0], y + offset[1], view, first, stride, gv, v);
+    load_fragment_pair(dy + offset[0], y + offset[1], view, first, tiles.stride, gv, v);
     const Epi epilogue(totals[at.row]);
-    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, stride,
+    store_fragment<scalar_t, kPacks, P>(dx + offset[2], view, first, tiles.stride,
                                         [&](int k, int e) { return epilogue(gv[k][e], v[k][e]); });
   }
 }

@@ -71,18 +71,16 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   extern __shared__ __align__(kVectorBytes) unsigned char held_shared[];
   __shared__ MaxSum<acc_t> scratch[kWarpSize];
   __shared__ acc_t value_scratch[kWarpSize];
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   const ResidentSlice slice(g);
   const int held_count = slice.held(g);
-  auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
   // Row `row`'s x and view.
   auto row_view = [&](int64_t row, const in_t*& x_row, out_t*& y_row) {
     int64_t offset[2];
     layout.row_offsets(row, offset);
     x_row = x + offset[0];
     y_row = y + offset[1];
-    return make_view(x_row, layout.axis_size, g.tiles * tile_positions);
+    return make_view(x_row, layout.axis_size, g.tiles * tiles.positions);
   };
   HeldTiles<1, kPacks> held(held_shared);
   for (int64_t row = slice.first_row; row < g.rows; row += g.group_rows) {
@@ -91,7 +89,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const RowView view = row_view(row, x_row, y_row);
     if (row == slice.first_row) {  // later rows' copies start as the row before is written
       const in_t* const rows[1] = {x_row};
-      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tiles.first(slice.begin + h), tiles.stride);
       cp_async_commit();
     }
 
@@ -104,11 +102,12 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
         cp_async_wait_all();
         for (int h = 0; h < held_count; ++h) {
           if (held.has(h)) held.template read<out_t, in_t>(h, 0, v);
-          else load_fragment<out_t>(x_row, view, tile_first(slice.begin + h), stride, v, neg_infinity<acc_t>());
+          else
+            load_fragment<out_t>(x_row, view, tiles.first(slice.begin + h), tiles.stride, v, neg_infinity<acc_t>());
           stats = combine(stats, tile_stats<out_t>(v));
         }
       }
-      load_fragment<out_t>(x_row, view, tile_first(tile), stride, v, neg_infinity<acc_t>());
+      load_fragment<out_t>(x_row, view, tiles.first(tile), tiles.stride, v, neg_infinity<acc_t>());
       stats = combine(stats, tile_stats<out_t>(v));
     }
     stats = block_all_reduce(stats, CombineMaxSum{}, empty_stats<acc_t>(), scratch);
@@ -132,12 +131,12 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const in_t* const next_rows[1] = {next_x};
     HeldTiles<1, kPacks> refill(held_shared);
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
-      const int64_t first = tile_first(tile);
+      const int64_t first = tiles.first(tile);
       const int h = static_cast<int>(tile - slice.begin);
       if (h < held_count && held.has(h)) held.template read<out_t, in_t>(h, 0, v);
-      else if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, stride, v, neg_infinity<acc_t>());
-      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, stride);
-      store_fragment<out_t, kPacks, P>(y_row, view, first, stride, [&](int k, int e) { return epilogue(v[k][e]); });
+      else if (tile != slice.end - 1) load_fragment<out_t>(x_row, view, first, tiles.stride, v, neg_infinity<acc_t>());
+      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, tiles.stride);
+      store_fragment<out_t, kPacks, P>(y_row, view, first, tiles.stride, [&](int k, int e) { return epilogue(v[k][e]); });
     }
     cp_async_commit();
     held.held = refill.held;
@@ -155,11 +154,9 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   constexpr int P = kPack<scalar_t>;
   extern __shared__ __align__(kVectorBytes) unsigned char held_shared[];
   __shared__ acc_t scratch[kWarpSize];
-  const int64_t tile_positions = int64_t{blockDim.x} * kPacks * P;
-  const int64_t stride = int64_t{blockDim.x} * P;
+  const SplitTiles<kPacks, P> tiles;
   const ResidentSlice slice(g);
   const int held_count = slice.held(g);
-  auto tile_first = [&](int64_t tile) { return tile * tile_positions + int64_t{threadIdx.x} * P; };
   // Row `row`'s dy, y and dx and its view.
   auto row_view = [&](int64_t row, const scalar_t* (&in)[2], scalar_t*& dx_row) {
     int64_t offset[3];
@@ -167,7 +164,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     in[0] = dy + offset[0];
     in[1] = y + offset[1];
     dx_row = dx + offset[2];
-    return make_view(in[0], layout.axis_size, g.tiles * tile_positions);
+    return make_view(in[0], layout.axis_size, g.tiles * tiles.positions);
   };
   // Held tiles keep dy and y (the log_softmax sums read dy alone, its
   // output both).
@@ -179,7 +176,7 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const scalar_t* dy_row = rows[0];
     const scalar_t* y_row = rows[1];
     if (row == slice.first_row) {  // later rows' copies start as the row before is written
-      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tile_first(slice.begin + h), stride);
+      for (int h = 0; h < held_count; ++h) held.issue(h, rows, view, tiles.first(slice.begin + h), tiles.stride);
       cp_async_commit();
     }
 
@@ -193,15 +190,15 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
             held.template read<scalar_t, scalar_t>(h, 0, gv);
             held.template read<scalar_t, scalar_t>(h, 1, v);
           } else {
-            load_fragment_pair(dy_row, y_row, view, tile_first(slice.begin + h), stride, gv, v);
+            load_fragment_pair(dy_row, y_row, view, tiles.first(slice.begin + h), tiles.stride, gv, v);
           }
           sum += add_reduce_terms<Epi>(acc_t(0), gv, v);
         }
       }
       if constexpr (Epi::kReduceReadsY) {
-        load_fragment_pair(dy_row, y_row, view, tile_first(tile), stride, gv, v);
+        load_fragment_pair(dy_row, y_row, view, tiles.first(tile), tiles.stride, gv, v);
       } else {
-        load_fragment<scalar_t>(dy_row, view, tile_first(tile), stride, gv, acc_t(0));
+        load_fragment<scalar_t>(dy_row, view, tiles.first(tile), tiles.stride, gv, acc_t(0));
       }
       sum += add_reduce_terms<Epi>(acc_t(0), gv, v);
     }
@@ -222,18 +219,18 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     const RowView next_view = next < g.rows ? row_view(next, next_rows, next_dx) : view;
     HeldTiles<2, kPacks> refill(held_shared);
     for (int64_t tile = slice.end - 1; tile >= slice.begin; --tile) {
-      const int64_t first = tile_first(tile);
+      const int64_t first = tiles.first(tile);
       const int h = static_cast<int>(tile - slice.begin);
       if (h < held_count && held.has(h)) {
         held.template read<scalar_t, scalar_t>(h, 0, gv);
         held.template read<scalar_t, scalar_t>(h, 1, v);
       } else if (tile != slice.end - 1) {
-        load_fragment_pair(dy_row, y_row, view, first, stride, gv, v);
+        load_fragment_pair(dy_row, y_row, view, first, tiles.stride, gv, v);
       } else if constexpr (!Epi::kReduceReadsY) {
-        load_fragment<scalar_t>(y_row, view, first, stride, v, acc_t(0));  // the sums read dy alone
+        load_fragment<scalar_t>(y_row, view, first, tiles.stride, v, acc_t(0));  // the sums read dy alone
       }
-      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, stride);
-      store_fragment<scalar_t, kPacks, P>(dx_row, view, first, stride,
+      if (h < held_count && next < g.rows) refill.issue(h, next_rows, next_view, first, tiles.stride);
+      store_fragment<scalar_t, kPacks, P>(dx_row, view, first, tiles.stride,
                                           [&](int k, int e) { return epilogue(gv[k][e], v[k][e]); });
     }
     cp_async_commit();
