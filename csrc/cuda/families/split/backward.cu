@@ -25,7 +25,7 @@ void split_backward(const Plan& plan, const Buffers& b, void* workspace) {
     const auto* y = static_cast<const scalar_t*>(b.in1);
     launch_kernel(softmax_split_backward_stats_kernel<Epilogue::template type, scalar_t, kPacks>,
                   grid_for_rows(g.rows * g.chunks), kSplitThreads, 0, dy, y, partials, layout, g);
-    launch_kernel(softmax_split_backward_combine_kernel<acc_t>, grid_for_rows(g.rows), kSplitCombineThreads, 0,
+    launch_kernel(softmax_split_combine_kernel<acc_t, acc_t>, grid_for_rows(g.rows), kSplitCombineThreads, 0,
                   partials, totals, g);
     static_assert(split_apply_divisor(sizeof(scalar_t), true) == 1, "the backward apply keeps the stats tiles");
     launch_kernel(softmax_split_backward_apply_kernel<Epilogue::template type, scalar_t, kPacks,

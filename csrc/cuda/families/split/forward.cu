@@ -23,8 +23,8 @@ void split_forward(const Plan& plan, const Buffers& b, void* workspace) {
     const auto* x = static_cast<const in_t*>(b.in0);
     launch_kernel(softmax_split_stats_kernel<in_t, out_t, kPacks>, grid_for_rows(g.rows * g.chunks), kSplitThreads,
                   0, x, partials, layout, g);
-    launch_kernel(softmax_split_combine_kernel<acc_t>, grid_for_rows(g.rows), kSplitCombineThreads, 0, partials,
-                  totals, g);
+    launch_kernel(softmax_split_combine_kernel<acc_t, MaxSum<acc_t>>, grid_for_rows(g.rows), kSplitCombineThreads,
+                  0, partials, totals, g);
     constexpr int kDivisor = split_apply_divisor(sizeof(in_t), false);
     launch_kernel(softmax_split_apply_kernel<E::template ForwardFor<out_t>::template type, in_t, out_t,
                                              kPacks / kDivisor, split_apply_blocks_per_sm(sizeof(in_t), false)>,

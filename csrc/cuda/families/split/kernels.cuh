@@ -119,13 +119,14 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
   }
 }
 
-template <typename acc_t>
+// Each row's partials folded into its total (fold_partials), one block per
+// row: Part is MaxSum<acc_t> in the forward, acc_t in the backward.
+template <typename acc_t, typename Part>
 __global__ void __launch_bounds__(kSplitCombineThreads)
-    softmax_split_combine_kernel(const MaxSum<acc_t>* __restrict__ partials,
-                                 MaxSum<acc_t>* __restrict__ totals, const SplitShape g) {
+    softmax_split_combine_kernel(const Part* __restrict__ partials, Part* __restrict__ totals, const SplitShape g) {
   __shared__ acc_t scratch[kWarpSize];
   for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
-    const MaxSum<acc_t> total = fold_partials(partials + row * g.chunks, g.chunks, scratch);
+    const Part total = fold_partials(partials + row * g.chunks, g.chunks, scratch);
     if (threadIdx.x == 0) totals[row] = total;
   }
 }
@@ -184,17 +185,6 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     }
     sum = block_all_reduce(sum, Sum{}, acc_t(0), scratch);
     if (threadIdx.x == 0) partials[at.row * g.chunks + at.chunk] = sum;
-  }
-}
-
-template <typename acc_t>
-__global__ void __launch_bounds__(kSplitCombineThreads)
-    softmax_split_backward_combine_kernel(const acc_t* __restrict__ partials, acc_t* __restrict__ totals,
-                                          const SplitShape g) {
-  __shared__ acc_t scratch[kWarpSize];
-  for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
-    const acc_t total = fold_partials(partials + row * g.chunks, g.chunks, scratch);
-    if (threadIdx.x == 0) totals[row] = total;
   }
 }
 
