@@ -80,6 +80,23 @@ __device__ __forceinline__ void walk_row(const T* const (&rows)[kOps], int64_t n
   }
 }
 
+// Walks the rows like walk_row and writes out[j] = f(packs, u, e) for every
+// j < n, element e of pack u of the step that holds j.
+template <int kGroup, int P, typename T, int kOps, typename F>
+__device__ __forceinline__ void map_row(const T* const (&rows)[kOps], T* out, int64_t n, F&& f) {
+  walk_row<kGroup, P>(rows, n, [&](const Pack<T, P>(&packs)[kOps][kUnroll], const bool(&valid)[kUnroll],
+                                   int64_t base, int64_t step) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (!valid[u]) continue;
+      Pack<T, P> o;
+#pragma unroll
+      for (int e = 0; e < P; ++e) o.v[e] = convert<T>(f(packs, u, e));
+      o.store(out + base + u * step);
+    }
+  });
+}
+
 template <typename T, int kGroup, int P>
 __global__ void __launch_bounds__(kRowsBlock) stats_kernel(const T* __restrict__ x, acc_type<T>* __restrict__ stats,
                                                           int64_t rows, int64_t n) {
@@ -130,17 +147,8 @@ __global__ void __launch_bounds__(kRowsBlock) normalize_kernel(const T* __restri
   for (int64_t r = Group<kGroup>::first_row(); r < rows; r += Group<kGroup>::row_step()) {
     const Epilogue epilogue(stats[2 * r], stats[2 * r + 1]);
     const T* const ops[1] = {x + r * n};
-    T* out = y + r * n;
-    walk_row<kGroup, P>(ops, n, [&](const Pack<T, P>(&packs)[1][kUnroll], const bool(&valid)[kUnroll],
-                                    int64_t base, int64_t step) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (!valid[u]) continue;
-        Pack<T, P> o;
-#pragma unroll
-        for (int e = 0; e < P; ++e) o.v[e] = convert<T>(epilogue(convert<A>(packs[0][u].v[e])));
-        o.store(out + base + u * step);
-      }
+    map_row<kGroup, P>(ops, y + r * n, n, [&](const Pack<T, P>(&packs)[1][kUnroll], int u, int e) {
+      return epilogue(convert<A>(packs[0][u].v[e]));
     });
   }
 }
@@ -185,18 +193,8 @@ __global__ void __launch_bounds__(kRowsBlock) backward_apply_kernel(const T* __r
   for (int64_t r = Group<kGroup>::first_row(); r < rows; r += Group<kGroup>::row_step()) {
     const Epilogue epilogue(stats[r]);
     const T* const ops[2] = {dy + r * n, y + r * n};
-    T* out = dx + r * n;
-    walk_row<kGroup, P>(ops, n, [&](const Pack<T, P>(&packs)[2][kUnroll], const bool(&valid)[kUnroll],
-                                    int64_t base, int64_t step) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (!valid[u]) continue;
-        Pack<T, P> o;
-#pragma unroll
-        for (int e = 0; e < P; ++e)
-          o.v[e] = convert<T>(epilogue(convert<A>(packs[0][u].v[e]), convert<A>(packs[1][u].v[e])));
-        o.store(out + base + u * step);
-      }
+    map_row<kGroup, P>(ops, dx + r * n, n, [&](const Pack<T, P>(&packs)[2][kUnroll], int u, int e) {
+      return epilogue(convert<A>(packs[0][u].v[e]), convert<A>(packs[1][u].v[e]));
     });
   }
 }
