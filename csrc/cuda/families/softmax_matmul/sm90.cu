@@ -80,7 +80,6 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&p)[4][4], uint32_t x_add
                                              int64_t col0, int64_t d2, bool tail) {
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kInf = __builtin_huge_valf();
-  constexpr float kLazy = 8.0f / kLog2e;  // move the max only when it grows by > 2^8
 #pragma unroll
   for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(p[kb], x_addr + (((2 * kb + lane_hi) ^ lane_r7) << 4));
   float f[2][16];
@@ -107,17 +106,7 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&p)[4][4], uint32_t x_add
   float neg[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = f[h][0];
-#pragma unroll
-    for (int e = 1; e < 16; ++e) mx = fmaxf(mx, f[h][e]);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    // m = -inf and a finite (or +inf) mx: moves; NaN never moves m (the NaN
-    // then reaches l and the output through P).
-    const bool move = mx > m[h] + kLazy;
-    scale[h] = move ? ex2((m[h] - mx) * kLog2e) : 1.f;
-    if (move) m[h] = mx;
-    up |= move;
+    up |= lazy_max<false>(f[h], m[h], scale[h]);
     neg[h] = m[h] == -kInf ? 0.f : -m[h] * kLog2e;
   }
   any_up = __any_sync(0xffffffffu, up);
@@ -267,15 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
     if (kt + 1 < nk) {
-      if (any_up) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          acc[4 * j] *= scale[0];
-          acc[4 * j + 1] *= scale[0];
-          acc[4 * j + 2] *= scale[1];
-          acc[4 * j + 3] *= scale[1];
-        }
-      }
+      if (any_up) rescale_rows(acc, scale);
 #pragma unroll
       for (int kb = 0; kb < 4; ++kb)
 #pragma unroll

@@ -1,6 +1,7 @@
-// Device helpers of the sm_90a softmax_matmul kernels (sm90.cu: forward,
-// sm90_backward.cu: dX and dV): cp.async with zero fill, ldmatrix, the wgmma
-// fences and waits, ex2, 16-bit pack/unpack, and the wgmma wrappers.
+// Device helpers of the sm_90a softmax_matmul kernels (sm90.cu, sm90_f32.cu:
+// forward, sm90_backward.cu: dX and dV): cp.async with zero fill, ldmatrix,
+// the wgmma fences and waits, ex2, 16-bit pack/unpack, the forward's lazy
+// running max, accumulator rescale and output store, and the wgmma wrappers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +62,43 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   } else {
     __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+// The running max m of one of this thread's rows, moved lazily: x holds the
+// thread's values of the row's tile, its lane quad the rest. m moves to the
+// tile's max only when that exceeds m by more than 8 / log2(e) (P = exp(x - m)
+// then stays below 2^8), from -inf to any finite or +inf max; a NaN never
+// moves it (the NaN reaches l and the output through P). scale = exp(m_old -
+// m_new), 1 where m stays; with kExpf by expf, else by ex2. Returns whether
+// m moved.
+template <bool kExpf, int N>
+__device__ __forceinline__ bool lazy_max(const float (&x)[N], float& m, float& scale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLazy = 8.0f / kLog2e;
+  float mx = x[0];
+#pragma unroll
+  for (int e = 1; e < N; ++e) mx = fmaxf(mx, x[e]);
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  const bool move = mx > m + kLazy;
+  if constexpr (kExpf) scale = move ? expf(m - mx) : 1.f;
+  else scale = move ? ex2((m - mx) * kLog2e) : 1.f;
+  if (move) m = mx;
+  return move;
+}
+
+// acc *= scale of a warp's rows r0, r0 + 8 (the wgmma accumulator layout:
+// row r0 + 8 h at acc[4 j + 2 h] and acc[4 j + 2 h + 1]), when the running
+// max of either row moved.
+template <int N>
+__device__ __forceinline__ void rescale_rows(float (&acc)[N], const float (&scale)[2]) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    acc[4 * j] *= scale[0];
+    acc[4 * j + 1] *= scale[0];
+    acc[4 * j + 2] *= scale[1];
+    acc[4 * j + 3] *= scale[1];
   }
 }
 

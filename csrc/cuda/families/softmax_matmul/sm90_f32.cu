@@ -153,21 +153,11 @@ __device__ __forceinline__ void f32_softmax(const float (&xr)[2][8], uint32_t (&
                                             float (&m)[2], float (&l)[2], float (&scale)[2], bool& any_up) {
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kInf = __builtin_huge_valf();
-  constexpr float kLazy = 8.0f / kLog2e;
   bool up = false;
   float p[2][8];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = xr[h][0];
-#pragma unroll
-    for (int e = 1; e < 8; ++e) mx = fmaxf(mx, xr[h][e]);
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const bool move = mx > m[h] + kLazy;
-    if constexpr (SPLIT) scale[h] = move ? expf(m[h] - mx) : 1.f;
-    else scale[h] = move ? ex2((m[h] - mx) * kLog2e) : 1.f;
-    if (move) m[h] = mx;
-    up |= move;
+    up |= lazy_max<SPLIT>(xr[h], m[h], scale[h]);
     const float mu = m[h] == -kInf ? 0.f : m[h];
     float s = 0.f;
 #pragma unroll
@@ -302,15 +292,7 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
         if constexpr (SPLIT) fence_reg(pas[s][e]);
       }
     if (kt + 1 < nk) {
-      if (any_up) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          acc[4 * j] *= scale[0];
-          acc[4 * j + 1] *= scale[0];
-          acc[4 * j + 2] *= scale[1];
-          acc[4 * j + 3] *= scale[1];
-        }
-      }
+      if (any_up) rescale_rows(acc, scale);
 #pragma unroll
       for (int s = 0; s < 4; ++s)
 #pragma unroll
