@@ -1,7 +1,7 @@
-// The end of a softmax_matmul forward kernel, shared by the sm_80 (kernel.cuh)
-// and sm_90a (sm90.cu, sm90_f32.cu) kernels. A lane of a warp's 16 rows
-// holds rows r0 and r0 + 8 (h = 0, 1): their running max m, its quad's part
-// of the row sum l, and pairs of neighbouring output columns.
+// The end of a softmax_matmul kernel, shared by the sm_80 (kernel.cuh) and
+// sm_90a (sm90.cu, sm90_f32.cu, sm90_backward.cu) kernels. A lane of a warp's
+// 16 rows holds rows r0 and r0 + 8 (h = 0, 1): their running max m, its
+// quad's part of the row sum l, and pairs of neighbouring output columns.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,36 @@ __device__ __forceinline__ void finish_rows(const Args& a, int64_t b, int64_t r0
     inv[h] = 1.f / l[h];
     const int64_t row = r0 + 8 * h;
     if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
+  }
+}
+
+// Calls f(row, col, j, h) for this lane's column pairs (col, col + 1) of the
+// accumulator tile, col = n0 + 8 j + 2 t (j < BN / 8), row = r0 + 8 h, those
+// at or past (rows, cols) left out.
+template <int BN, typename F>
+__device__ __forceinline__ void for_each_column_pair(int64_t r0, int64_t n0, int t, int64_t rows, int64_t cols,
+                                                     F&& f) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * t;
+    if (col >= cols) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = r0 + 8 * h;
+      if (row >= rows) continue;
+      f(row, col, j, h);
+    }
+  }
+}
+
+// o0, o1 into dst[0], dst[1] (dst[1] only where `second`): one 8-byte store
+// where pair_ok (the row length even, dst 8-byte aligned).
+__device__ __forceinline__ void store_pair(float* dst, float o0, float o1, bool pair_ok, bool second) {
+  if (pair_ok) {
+    *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
+  } else {
+    dst[0] = o0;
+    if (second) dst[1] = o1;
   }
 }
 

@@ -229,19 +229,12 @@ __device__ __forceinline__ void store_out(const Args& a, const float (&acc)[BN /
       const float o0 = acc[j][2 * h] * inv[h], o1 = acc[j][2 * h + 1] * inv[h];
       T* dst = ob + row * a.d3 + col;
       if constexpr (std::is_same_v<T, float>) {
-        if (pair_ok) {
-          *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
-        } else {
-          dst[0] = o0;
-          if (col + 1 < a.d3) dst[1] = o1;
-        }
+        store_pair(dst, o0, o1, pair_ok, col + 1 < a.d3);
+      } else if (pair_ok) {
+        *reinterpret_cast<uint32_t*>(dst) = Raw<T>::pack(o0, o1);
       } else {
-        if (pair_ok) {
-          *reinterpret_cast<uint32_t*>(dst) = Raw<T>::pack(o0, o1);
-        } else {
-          reinterpret_cast<uint16_t*>(dst)[0] = Raw<T>::bits(o0);
-          if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = Raw<T>::bits(o1);
-        }
+        reinterpret_cast<uint16_t*>(dst)[0] = Raw<T>::bits(o0);
+        if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = Raw<T>::bits(o1);
       }
     }
   }

@@ -500,17 +500,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: dV rows m0 + 64 wg + 16 w + g (+ 8), contiguous (batch, d2, d3).
   T* dvb = static_cast<T*>(a.dv) + b * a.d2 * a.d3;
   const int64_t r0 = m0 + 64 * wg + 16 * w + g;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * t;
-    if (col >= a.d3) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = r0 + 8 * h;
-      if (row >= a.d2) continue;
-      *reinterpret_cast<uint32_t*>(dvb + row * a.d3 + col) = pack<T>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-    }
-  }
+  for_each_column_pair<BN>(r0, n0, t, a.d2, a.d3, [&](int64_t row, int64_t col, int j, int h) {
+    *reinterpret_cast<uint32_t*>(dvb + row * a.d3 + col) = pack<T>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  });
 #else
   __trap();
 #endif

@@ -110,32 +110,19 @@ __device__ __forceinline__ void store_output(const Args& a, int64_t b, int64_t r
                                              const float (&inv)[2], const float (&acc)[BN / 2]) {
   T* ob = static_cast<T*>(a.out) + b * a.d1 * a.d3;
   const bool pair_ok = (a.d3 % 2) == 0;
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int64_t col = n0 + 8 * j + 2 * t;
-    if (col >= a.d3) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = r0 + 8 * h;
-      if (row >= a.d1) continue;
-      const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
-      T* dst = ob + row * a.d3 + col;
-      if constexpr (std::is_same_v<T, float>) {
-        if (pair_ok) {
-          *reinterpret_cast<float2*>(dst) = make_float2(o0, o1);
-        } else {
-          dst[0] = o0;
-          if (col + 1 < a.d3) dst[1] = o1;
-        }
-      } else if (pair_ok) {
-        *reinterpret_cast<uint32_t*>(dst) = pack<T>(o0, o1);
-      } else {
-        const uint32_t w = pack<T>(o0, o1);
-        reinterpret_cast<uint16_t*>(dst)[0] = static_cast<uint16_t>(w & 0xFFFFu);
-        if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = static_cast<uint16_t>(w >> 16);
-      }
+  for_each_column_pair<BN>(r0, n0, t, a.d1, a.d3, [&](int64_t row, int64_t col, int j, int h) {
+    const float o0 = acc[4 * j + 2 * h] * inv[h], o1 = acc[4 * j + 2 * h + 1] * inv[h];
+    T* dst = ob + row * a.d3 + col;
+    if constexpr (std::is_same_v<T, float>) {
+      store_pair(dst, o0, o1, pair_ok, col + 1 < a.d3);
+    } else if (pair_ok) {
+      *reinterpret_cast<uint32_t*>(dst) = pack<T>(o0, o1);
+    } else {
+      const uint32_t w = pack<T>(o0, o1);
+      reinterpret_cast<uint16_t*>(dst)[0] = static_cast<uint16_t>(w & 0xFFFFu);
+      if (col + 1 < a.d3) reinterpret_cast<uint16_t*>(dst)[1] = static_cast<uint16_t>(w >> 16);
     }
-  }
+  });
 }
 
 // D (64 x BN, f32) += A (64 x 16, registers) * B (16 x BN, shared memory;
