@@ -28,6 +28,7 @@
 
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #include "cuda/core/launch.cuh"
+#include "cuda/families/softmax_matmul/cta.cuh"
 #include "cuda/families/softmax_matmul/epilogue.cuh"
 
 #include <c10/cuda/CUDAException.h>
@@ -251,11 +252,9 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
-  const int64_t b = batch0 + blockIdx.y;
-  const int64_t n0 = nb * BN;
-  const int64_t row0 = mb * kBM + warp * 16 + g;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN;
+  const int64_t row0 = cta.mb * kBM + warp * 16 + g;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
 
@@ -414,7 +413,7 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
 
   // Epilogue: row sums over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
-  finish_rows(a, b, row0, t, nb, m, l, inv);
+  finish_rows(a, b, row0, t, cta.nb, m, l, inv);
   store_out<T, BN, MODE, WARPS>(a, acc, inv, b, n0, row0, t);
 }
 

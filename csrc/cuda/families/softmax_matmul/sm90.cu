@@ -161,10 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   constexpr bool TMA = LOAD == kTma;
-  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
-  const int64_t b = batch0 + blockIdx.y;
-  const int64_t n0 = nb * BN, row0 = mb * kBM;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * kBM;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
   const int nk = static_cast<int>((a.d2 + kBK - 1) / kBK);
@@ -267,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
   const int64_t r0 = row0 + 16 * warp + g;
-  finish_rows(a, b, r0, t, nb, m, l, inv);
+  finish_rows(a, b, r0, t, cta.nb, m, l, inv);
   store_output<T, BN>(a, b, r0, n0, t, inv, acc);
 #else
   __trap();  // built without sm_90a: the plan never selects this kernel then

@@ -250,10 +250,8 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t nblocks_n = (a.d2 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
-  const int64_t b = batch0 + blockIdx.y;
-  const int64_t n0 = nb * BN, row0 = mb * 128;
+  const CtaTile<BN> cta(a.d2, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
   const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
   const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
   const int nk = static_cast<int>((a.d3 + 63) / 64);
@@ -439,10 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, w = warp & 3;
-  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
-  const int64_t b = batch0 + blockIdx.y;
-  const int64_t n0 = nb * BN, m0 = mb * 128;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, m0 = cta.mb * 128;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
   const float* lb = a.lse + b * a.d1;

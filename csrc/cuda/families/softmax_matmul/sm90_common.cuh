@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/families/softmax_matmul/cta.cuh"
 #include "cuda/families/softmax_matmul/epilogue.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

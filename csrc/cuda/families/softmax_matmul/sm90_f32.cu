@@ -195,10 +195,8 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t nblocks_n = (a.d3 + BN - 1) / BN;
-  const int64_t nb = blockIdx.x % nblocks_n, mb = blockIdx.x / nblocks_n;
-  const int64_t b = batch0 + blockIdx.y;
-  const int64_t n0 = nb * BN, row0 = mb * 128;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
   const int64_t row = row0 + 16 * warp + g;
   const float* xb = static_cast<const float*>(a.x) + b * a.x_batch_stride;
   const float* vb = static_cast<const float*>(a.v) + b * a.v_batch_stride;
@@ -305,7 +303,7 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
-  finish_rows(a, b, row, t, nb, m, l, inv);
+  finish_rows(a, b, row, t, cta.nb, m, l, inv);
   store_output<float, BN>(a, b, row, n0, t, inv, acc);
 #else
   __trap();
