@@ -319,6 +319,23 @@ void dispatch_threads(int threads, F&& f) {
   else f(std::integral_constant<int, 128>{});
 }
 
+// The members ForwardArgs and BackwardArgs share, from the problem and buffers.
+template <typename T, typename Args>
+void fill_row_args(Args& a, const CeProblem& p, const CeBuffers& b) {
+  using acc_t = acc_type<T>;
+  a.logits = static_cast<const T*>(b.logits);
+  a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
+  a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
+  a.weight = static_cast<const acc_t*>(b.weight);
+  a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+  a.rows = p.rows;
+  a.classes = p.classes;
+  a.row_stride = p.row_stride;
+  a.ignore_index = p.ignore_index;
+  a.eps = static_cast<acc_t>(p.smoothing);
+  a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
+}
+
 }  // namespace
 
 void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
@@ -328,23 +345,13 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     using T = typename decltype(tag)::type;
     using acc_t = acc_type<T>;
     ForwardArgs<T> a;
-    a.logits = static_cast<const T*>(b.logits);
-    a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
-    a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
-    a.weight = static_cast<const acc_t*>(b.weight);
-    a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+    fill_row_args<T>(a, p, b);
     // Per-row losses: the workspace for mean / sum; for "none" the output,
     // written as T or (acc_loss) as acc_t.
     const bool none = p.reduction == Reduction::None;
     a.loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
     a.row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
     a.lse = static_cast<acc_t*>(b.lse);
-    a.rows = p.rows;
-    a.classes = p.classes;
-    a.row_stride = p.row_stride;
-    a.ignore_index = p.ignore_index;
-    a.eps = static_cast<acc_t>(p.smoothing);
-    a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
     dispatch_threads(plan.threads, [&](auto threads) {
       cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
         ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value>
@@ -367,22 +374,12 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     using T = typename decltype(tag)::type;
     using acc_t = acc_type<T>;
     BackwardArgs<T> a;
-    a.logits = static_cast<const T*>(b.logits);
+    fill_row_args<T>(a, p, b);
     a.grad = static_cast<T*>(b.grad);
-    a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
-    a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
-    a.weight = static_cast<const acc_t*>(b.weight);
-    a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
     a.grad_loss = static_cast<const acc_t*>(b.grad_loss);
     a.lse = static_cast<const acc_t*>(b.lse);
     a.total_weight = static_cast<const acc_t*>(b.total_weight);
-    a.rows = p.rows;
-    a.classes = p.classes;
-    a.row_stride = p.row_stride;
     a.grad_row_stride = p.grad_row_stride;
-    a.ignore_index = p.ignore_index;
-    a.eps = static_cast<acc_t>(p.smoothing);
-    a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
     a.none = p.reduction == Reduction::None;
     a.mean = p.reduction == Reduction::Mean;
     dispatch_threads(plan.threads, [&](auto threads) {
