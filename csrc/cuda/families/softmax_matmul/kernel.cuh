@@ -30,6 +30,7 @@
 #include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/cta.cuh"
 #include "cuda/families/softmax_matmul/epilogue.cuh"
+#include "cuda/families/softmax_matmul/half_bits.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
@@ -42,37 +43,6 @@ namespace softmax_ext::smm::cuda {
 
 
 enum Mode : int { kHalfMode = 0, kTF32Mode = 1, kSplit3Mode = 2 };
-
-template <typename T> struct Raw;
-template <> struct Raw<__nv_bfloat16> {
-  static constexpr uint32_t kNegInf = 0xFF80u;
-  static __device__ __forceinline__ float2 to2(uint32_t u) {
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ uint16_t bits(float f) {
-    __nv_bfloat16 h = __float2bfloat16_rn(f);
-    return *reinterpret_cast<uint16_t*>(&h);
-  }
-};
-template <> struct Raw<__half> {
-  static constexpr uint32_t kNegInf = 0xFC00u;
-  static __device__ __forceinline__ float2 to2(uint32_t u) {
-    __half2 h = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(h);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  static __device__ __forceinline__ uint16_t bits(float f) {
-    __half h = __float2half_rn(f);
-    return *reinterpret_cast<uint16_t*>(&h);
-  }
-};
 
 __device__ __forceinline__ uint32_t tf32(float f) {
   uint32_t r;

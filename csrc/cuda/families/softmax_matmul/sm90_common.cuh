@@ -12,6 +12,7 @@
 
 #include "cuda/families/softmax_matmul/cta.cuh"
 #include "cuda/families/softmax_matmul/epilogue.cuh"
+#include "cuda/families/softmax_matmul/half_bits.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SMM_SM90A_DEVICE 1
@@ -48,22 +49,11 @@ __device__ __forceinline__ float ex2(float x) {
 
 template <typename T>
 __device__ __forceinline__ float2 unpack(uint32_t u) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
-  } else {
-    __half2 h = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(h);
-  }
+  return Raw<T>::to2(u);
 }
 template <typename T>
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  } else {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
+  return Raw<T>::pack(lo, hi);
 }
 
 // The running max m of one of this thread's rows, moved lazily: x holds the
