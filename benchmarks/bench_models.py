@@ -49,6 +49,7 @@ import torch
 import softmax_ext
 
 MODELS = ("gpt2", "bert", "llama", "vit", "t5", "clip")
+VARIANTS = ("torch", "patch", "integration", "control")
 
 
 def build(name: str, batch: int = 4):
@@ -301,9 +302,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if min(args.steps, args.warmup, args.rounds) < 1:
         parser.error("--steps, --rounds and --warmup must be at least 1")
-    unknown = set(args.variants.split(",")) - {"torch", "patch", "integration", "control"}
+    unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
-        parser.error(f"--variants: unknown {sorted(unknown)}; accepted: torch, patch, integration, control")
+        parser.error(f"--variants: unknown {sorted(unknown)}; accepted: {', '.join(VARIANTS)}")
     if not torch.cuda.is_available():
         print("bench_models needs a CUDA device", file=sys.stderr)
         return 1
