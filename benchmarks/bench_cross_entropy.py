@@ -7,10 +7,12 @@ rows, bf16 and f32 logits, reduction "mean".
         [--tokens 2048,8192] [--dtype bf16,f32] [--out path.csv]
 
 Timings: triton.testing.do_bench, median (CUDA). "fwd" is the loss of logits
-that need no gradient; "fwd+bwd" the loss and torch.autograd.grad of it;
-"bwd" (softmax_ext only) the backward op alone. % floor: the bytes that must
-move (fwd: read the logits once; bwd: read once and write the gradient once;
-fwd+bwd: both) over the time, as a share of the device-to-device copy
+that need no gradient; "fwd+bwd" the loss and torch.autograd.grad of it
+(softmax_ext: the fused forward, which writes the gradient in the same pass;
+"softmax_ext.two_op": the forward op and the backward op); "bwd"
+(softmax_ext only) the backward op alone. % floor: the bytes that must move
+(fwd: read the logits once; bwd and fwd+bwd: read them once and write the
+gradient once) over the time, as a share of the device-to-device copy
 bandwidth (read + write) measured in the same run.
 """
 
@@ -67,29 +69,48 @@ def _compile_fn(x, t):
     return _compiled(x, t)
 
 
-def _with_env(name, value, fn):
-    """softmax_ext with a plan override (SOFTMAX_EXT_CE_THREADS, read at
-    each plan) forced for the call."""
+def _with_env(env, fn):
+    """softmax_ext with plan overrides (SOFTMAX_EXT_CE_THREADS,
+    SOFTMAX_EXT_CE_STAGE_KB: read at each plan) forced for the call."""
 
-    def call(x, t):
-        os.environ[name] = str(value)
+    def call(*args):
+        os.environ.update(env)
         try:
-            return fn(x, t)
+            return fn(*args)
         finally:
-            os.environ.pop(name, None)
+            for k in env:
+                os.environ.pop(k, None)
 
     return call
 
 
-def impls():
+# softmax_ext.t<threads>[s<KB staged by the fused forward>], e.g. t512s200
+_VARIANT = re.compile(r"softmax_ext\.t(\d+)(?:s(\d+))?$")
+
+
+def variant_env(name):
+    m = _VARIANT.match(name)
+    if m is None:
+        return None
+    env = {"SOFTMAX_EXT_CE_THREADS": m.group(1)}
+    if m.group(2) is not None:
+        env["SOFTMAX_EXT_CE_STAGE_KB"] = m.group(2)
+    return env
+
+
+def impls(names=()):
     out = {
         "softmax_ext": lambda x, t: softmax_ext.cross_entropy(x, t),
         "softmax_ext.inplace": lambda x, t: softmax_ext.cross_entropy(x, t, inplace_backward=True),
-        **{f"softmax_ext.t{n}": _with_env("SOFTMAX_EXT_CE_THREADS", n, lambda x, t: softmax_ext.cross_entropy(x, t))
-           for n in (128, 256, 512)},
+        "softmax_ext.two_op": lambda x, t: torch.ops.softmax_ext._cross_entropy_forward(x, t)[0],
+        **{f"softmax_ext.t{n}": None for n in (128, 256, 512)},
+        **{n: None for n in names if variant_env(n)},
         "torch": _torch,
         "torch.compile": _compile_fn,
     }
+    for name in out:
+        if variant_env(name):
+            out[name] = _with_env(variant_env(name), lambda x, t: softmax_ext.cross_entropy(x, t))
     unavailable = {}
     try:
         from liger_kernel.transformers.functional import liger_cross_entropy
@@ -117,8 +138,8 @@ def run_case(name, fn, x, t, direction, copy, es):
         g = torch.ones((), device=x.device, dtype=x.dtype)
         bwd = lambda x_, t_: torch.ops.softmax_ext._cross_entropy_backward(  # noqa: E731
             g, x_, t_, None, lse, total, -100, "mean", 0.0)
-        if name.startswith("softmax_ext.t"):
-            bwd = _with_env("SOFTMAX_EXT_CE_THREADS", int(name[len("softmax_ext.t"):]), bwd)
+        if variant_env(name):
+            bwd = _with_env(variant_env(name), bwd)
         call = lambda: bwd(x, t)  # noqa: E731
         nbytes = 2 * n * c * es
     else:
@@ -128,7 +149,7 @@ def run_case(name, fn, x, t, direction, copy, es):
             loss = fn(xi, t)
             return torch.autograd.grad(loss, xi)
 
-        nbytes = 3 * n * c * es
+        nbytes = 2 * n * c * es
     try:
         call()
         ms = do_bench(call)
@@ -161,7 +182,7 @@ def main():
     vocabs = [int(v) for v in args.vocab.split(",")]
     name = torch.cuda.get_device_name()
     copy = copy_gbs()
-    table, unavailable = impls()
+    table, unavailable = impls(args.impls.split(",") if args.impls else ())
     if args.impls:
         table = {k: v for k, v in table.items() if k in args.impls.split(",")}
     print(f"device: {name}; copy bandwidth {copy:.0f} GB/s (read + write); torch {torch.__version__}")
@@ -190,9 +211,7 @@ def main():
         kernel = softmax_ext.plan(x, kind="cross_entropy").kernel
         for impl, fn in table.items():
             for direction in ("fwd", "fwd+bwd") + (("bwd",) if impl.startswith("softmax_ext") else ()):
-                if impl == "softmax_ext.inplace" and direction != "fwd+bwd":
-                    continue
-                if impl.startswith("softmax_ext.t") and direction == "fwd+bwd":
+                if impl in ("softmax_ext.inplace", "softmax_ext.two_op") and direction != "fwd+bwd":
                     continue
                 r = run_case(impl, fn, x, t, direction, copy, es)
                 r.update(device=name, dtype=dname, tokens=n, vocab=c, kernel=kernel if "softmax_ext" in impl else "")

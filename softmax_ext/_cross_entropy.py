@@ -8,6 +8,17 @@
 - _cross_entropy_forward carries the autograd formula (its backward is
   _cross_entropy_backward, or the in-place _cross_entropy_backward_ that
   writes the gradient over the logits when the caller asked for it).
+- A differentiable eager call with reduction "mean" or "sum" takes the fused
+  forward instead (_FusedGrad): _cross_entropy_forward_grad writes the loss
+  and, in the same pass over the logits, the gradient for grad_loss = 1;
+  the backward only scales it in place by grad_loss
+  (_cross_entropy_grad_scale_, no pass when grad_loss is 1). One read of the
+  logits and one write of the gradient per step, against two reads and a
+  write. torch.compile, tensor subclasses, dispatch modes and functorch
+  transforms keep the two-op path, whose ops they trace; so do float16
+  logits, whose gradient a loss scaler (grad_loss >> 1) must scale before
+  its one rounding to 16 bits, and CUDA rows of more than 208 KB, whose
+  second read no longer comes from the chip (docs/cross_entropy.md).
 - Fake kernels of every helper op (shapes, dtypes and strides as the C++
   bodies in csrc/cross_entropy/ops.cpp give them).
 """
@@ -95,12 +106,79 @@ def _cross_entropy(
     else:  # (N, C, d...): the class axis last, then rows of C
         rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)
         inplace_backward = False  # the rows are a copy; nothing to save
-    loss, _lse, _total = _ops._cross_entropy_forward.default(
-        rows, tgt, weight, ignore_index, reduction, float(label_smoothing), inplace_backward
-    )
+    loss = rows_loss(rows, tgt, weight, ignore_index, reduction, float(label_smoothing), inplace_backward)
     if reduction == "none" and logits.dim() != 2:
         loss = loss.reshape(target.shape)
     return loss
+
+
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.peek_interpreter_stack
+
+
+_FUSED_MAX_CUDA_ROW_BYTES = 208 * 1024
+
+
+def _takes_fused_grad(rows, target, weight, reduction, inplace_backward):
+    """Whether the call takes the fused forward (_FusedGrad): a
+    differentiable eager call on plain tensors, mean or sum, not float16,
+    rows of at most 208 KB on CUDA."""
+    return (
+        reduction != "none"
+        and not inplace_backward
+        and rows.requires_grad
+        and torch.is_grad_enabled()
+        and rows.dtype != torch.float16
+        and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
+        and type(rows) is _Tensor
+        and type(target) is _Tensor
+        and (weight is None or type(weight) is _Tensor)
+        and not _is_compiling()
+        and not _torch_function_mode()
+        and _dispatch_modes() == 0
+        and _functorch_level() is None
+    )
+
+
+def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward=False, acc_loss=False):
+    """The loss of (N, C) rows: the fused forward where it applies, else the
+    forward op with its autograd formula."""
+    if _takes_fused_grad(rows, tgt, weight, reduction, inplace_backward):
+        return _FusedGrad.apply(rows, tgt, weight, ignore_index, reduction, label_smoothing, acc_loss)
+    return _ops._cross_entropy_forward.default(
+        rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss
+    )[0]
+
+
+class _FusedGrad(torch.autograd.Function):
+    """The fused forward under autograd: the gradient written in the forward
+    (grad_loss = 1), scaled in place by the backward. A second backward
+    through the same graph (retain_graph=True) gets the two-op backward from
+    the saved logits and lse, as the gradient buffer was handed out."""
+
+    @staticmethod
+    def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss):
+        loss, lse, total, grad = _ops._cross_entropy_forward_grad.default(
+            logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss
+        )
+        ctx.grad = grad
+        ctx.args = (ignore_index, reduction, label_smoothing)
+        ctx.save_for_backward(logits, target, weight, lse, total)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad = ctx.grad
+        if grad is None:
+            logits, target, weight, lse, total = ctx.saved_tensors
+            grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
+        else:
+            ctx.grad = None
+            _ops._cross_entropy_grad_scale_.default(grad, grad_loss)
+        return grad, None, None, None, None, None, None
 
 
 def _composite(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -136,6 +214,22 @@ def _forward_fake(logits, target, weight=None, ignore_index=-100, reduction="mea
     acc = _acc(logits.dtype)
     loss = logits.new_empty((n,) if reduction == "none" else (), dtype=acc if acc_loss else logits.dtype)
     return loss, logits.new_empty((n,), dtype=acc), logits.new_empty((), dtype=acc)
+
+
+@torch.library.register_fake("softmax_ext::_cross_entropy_forward_grad")
+def _forward_grad_fake(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                       acc_loss=False):
+    op = "softmax_ext._cross_entropy_forward_grad"
+    _fake_check(op, logits, target, weight, reduction)
+    if reduction == "none":
+        raise ValueError(f"{op}: reduction='none' is not accepted; accepted: 'mean', 'sum'")
+    loss, lse, total = _forward_fake(logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss)
+    return loss, lse, total, torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+
+
+@torch.library.register_fake("softmax_ext::_cross_entropy_grad_scale_")
+def _grad_scale_fake(grad, grad_loss):
+    pass
 
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_backward")

@@ -271,6 +271,74 @@ def test_opcheck(device):
         torch.library.opcheck(ops._cross_entropy_backward_.default, (g, x.detach().clone()) + bargs[2:])
         # A gradient of another dtype (a traced backward may hand one over).
         torch.library.opcheck(ops._cross_entropy_backward.default, (g.double(),) + bargs[1:])
+        if red != "none":  # the fused forward and its backward
+            fargs = (x.detach(), t, w, ii, red, ls, args[7] if len(args) > 7 else False)
+            grad = ops._cross_entropy_forward_grad.default(*fargs)[3]
+            torch.library.opcheck(ops._cross_entropy_forward_grad.default, fargs)
+            torch.library.opcheck(ops._cross_entropy_grad_scale_.default, (grad, g))
+
+
+def _two_op_grad(x, t, w, reduction, smoothing, g):
+    """The gradient of the forward op with its own autograd formula (the
+    path the fused forward replaces)."""
+    xr = x.detach().clone().requires_grad_(True)
+    loss = torch.ops.softmax_ext._cross_entropy_forward.default(xr, t, w, -100, reduction, smoothing)[0]
+    loss.backward(g)
+    return xr.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_forward_grad(device, dtype):
+    """A differentiable eager mean / sum call writes the gradient in its
+    forward (float16 excepted: a loss scaler must scale it before its
+    rounding); the backward scales it by grad_loss; a second backward
+    through the same graph is served from the saved logits."""
+    # CUDA: 16-bit rows partly staged in shared memory (256 threads), f32
+    # rows of 201 KB (200 KB staged, 512 threads), f64 rows of 160 KB
+    classes = (20000 if dtype == torch.float64 else 50257) if device == "cuda" else 301
+    for i, (reduction, config) in enumerate([("mean", "all"), ("sum", "plain"), ("mean", "weight"), ("sum", "smooth")]):
+        cfg = CONFIGS[config]
+        x, t, w = _inputs(7, classes, dtype, device, seed=40 + i, ignore=cfg.get("ignore", False),
+                          weight=cfg.get("weight", False))
+        smoothing = cfg.get("label_smoothing", 0.0)
+        xf = x.clone().requires_grad_(True)
+        loss = softmax_ext.cross_entropy(xf, t, w, -100, reduction, smoothing)
+        fused = type(loss.grad_fn).__name__.startswith("_FusedGrad")
+        assert fused == (dtype != torch.float16), type(loss.grad_fn).__name__
+        if device == "cuda" and dtype == torch.float64:  # rows over 208 KB keep the two-op path
+            xl = torch.zeros(2, 30000, dtype=dtype, device=device, requires_grad=True)
+            big = softmax_ext.cross_entropy(xl, torch.zeros(2, dtype=torch.long, device=device))
+            assert not type(big.grad_fn).__name__.startswith("_FusedGrad")
+        x64, ref = _reference(x, t, w, reduction, smoothing)
+        _assert_close(loss, ref, dtype, f"{reduction} {config} loss")
+        ref.backward()
+        for k, g in enumerate((1.0, 2.5)):  # the second through the saved logits
+            (gx,) = torch.autograd.grad(loss * g, xf, retain_graph=True)
+            _assert_close(gx, x64.grad * g, dtype, f"{reduction} {config} grad x {g}")
+            two_op = _two_op_grad(x, t, w, reduction, smoothing, torch.tensor(g, dtype=dtype, device=device))
+            # the same formula, the same roundings: the same bits
+            assert torch.equal(gx, two_op), f"{reduction} {config}: fused and two-op gradients differ"
+    with torch.no_grad():
+        assert softmax_ext.cross_entropy(x.clone().requires_grad_(True), t).grad_fn is None
+    xn = x.clone().requires_grad_(True)
+    assert not type(softmax_ext.cross_entropy(xn, t, reduction="none").grad_fn).__name__.startswith("_FusedGrad")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_grad_scale_skips_one(device):
+    """_cross_entropy_grad_scale_ leaves the gradient's bits alone for a
+    grad_loss of 1 and scales in the accumulation dtype otherwise."""
+    ops = torch.ops.softmax_ext
+    for dtype in (torch.bfloat16, torch.float32):
+        g = torch.randn(5, 1001, dtype=dtype, device=device)
+        before = g.clone()
+        ops._cross_entropy_grad_scale_.default(g, torch.ones((), device=device))
+        assert torch.equal(g, before)
+        ops._cross_entropy_grad_scale_.default(g, torch.tensor(-3.0, dtype=torch.float64, device=device))
+        torch.testing.assert_close(g, (before.float() * -3.0).to(dtype), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="grad_loss has shape"):
+        ops._cross_entropy_grad_scale_.default(g, torch.ones(2, device=device))
 
 
 def _loss_fn(x, t, w):

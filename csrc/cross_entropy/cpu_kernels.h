@@ -78,6 +78,18 @@ inline int64_t read_target(const CeProblem& p, const void* target, int64_t r) {
   return p.target_dtype == c10::ScalarType::Int ? target_at<int32_t>(target, r) : target_at<int64_t>(target, r);
 }
 
+// The non-ignored targets' total weight, summed in row order.
+template <typename acc_t>
+acc_t total_weight(const CeProblem& p, const void* target, const acc_t* w) {
+  acc_t total = 0;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int64_t t = read_target(p, target, r);
+    // (an out-of-range target is reported by the row loop)
+    if (t != p.ignore_index && t >= 0 && t < p.classes) total += w != nullptr ? w[t] : acc_t(1);
+  }
+  return total;
+}
+
 // Per-row statistics: max, lse, and (for smoothing) sum_c w_c x_c.
 template <typename T>
 void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>& lse, acc_of<T>& wx) {
@@ -131,6 +143,51 @@ void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>
   wx = sx;
 }
 
+// One row of the gradient (plan.h): dx_c = a * p_c - c * w_c - [c == t] * onehot.
+// dx may be x (in place): x[t] is read before the row is written.
+template <typename T>
+void grad_row(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> a, acc_of<T> c,
+              acc_of<T> onehot, acc_of<T> lse) {
+  using acc_t = acc_of<T>;
+  using Io = VecIo<T>;
+  using V = typename Io::V;
+  const int64_t vec_end = C - C % Io::kB;
+  const acc_t xt = static_cast<acc_t>(x[t]);  // read before an in-place write
+  const V va(a), vc(c), vl(lse);
+  for (int64_t j = 0; j < vec_end; j += Io::kB) {
+    V u, v;
+    Io::load(x + j, u, v);
+    u = va * vexp(u - vl);
+    v = va * vexp(v - vl);
+    if (w != nullptr) {
+      u = u - vc * V::loadu(w + j);
+      v = v - vc * V::loadu(w + j + Io::kW);
+    } else {
+      u = u - vc;
+      v = v - vc;
+    }
+    Io::store(dx + j, u, v);
+  }
+  for (int64_t j = vec_end; j < C; ++j) {
+    const acc_t v = static_cast<acc_t>(x[j]);
+    dx[j] = static_cast<T>(a * std::exp(v - lse) - c * (w != nullptr ? w[j] : acc_t(1)));
+  }
+  // The true class from acc values: p_t - 1 keeps its small magnitude.
+  dx[t] = static_cast<T>(a * std::exp(xt - lse) - c * (w != nullptr ? w[t] : acc_t(1)) - onehot);
+}
+
+// The row's gradient coefficients for scale s (grad_loss, over the total
+// weight for mean) and then the row itself. Not inlined: the fused forward
+// and the backward then run the same machine code (the compiler contracts
+// multiply-adds per call site), so their gradients are the same bits.
+template <typename T>
+[[gnu::noinline]] void grad_row_scaled(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> W, acc_of<T> eps,
+                     acc_of<T> eps_c, acc_of<T> s, acc_of<T> lse) {
+  using acc_t = acc_of<T>;
+  const acc_t wt = w != nullptr ? w[t] : acc_t(1);
+  grad_row(x, dx, C, t, w, s * ((1 - eps) * wt + eps_c * W), s * eps_c, s * (1 - eps) * wt, lse);
+}
+
 template <typename T>
 bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
   using acc_t = acc_of<T>;
@@ -147,6 +204,11 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const bool none = p.reduction == Reduction::None;
   acc_t* row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
   T* loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
+  // The fused forward's gradient rows (grad_loss = 1), scaled by 1 / the
+  // total weight for mean: that sum comes first.
+  T* grad = p.fused_grad ? static_cast<T*>(b.grad) : nullptr;
+  acc_t grad_scale = 1;
+  if (grad != nullptr && p.reduction == Reduction::Mean) grad_scale = acc_t(1) / total_weight(p, b.target, w);
   std::atomic<bool> bad{false};
   std::atomic<int64_t> bad_value{0};
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
@@ -154,6 +216,7 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = read_target(p, b.target, r);
       acc_t loss = 0, lse = 0;
+      T* dx = grad != nullptr ? grad + r * p.grad_row_stride : nullptr;
       if (t != p.ignore_index) {
         if (t < 0 || t >= p.classes) {
           if (!bad.exchange(true)) bad_value = t;
@@ -165,8 +228,13 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
           const acc_t wt = w != nullptr ? w[t] : acc_t(1);
           loss = (1 - eps) * wt * (lse - static_cast<acc_t>(x[t]));
           if (smooth) loss += eps_c * (W * lse - wx);
+          if (dx != nullptr) {
+            grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, grad_scale, lse);
+            dx = nullptr;
+          }
         }
       }
+      if (dx != nullptr) std::fill(dx, dx + p.classes, T(0));
       lse_out[r] = lse;
       if (loss_none != nullptr) {
         loss_none[r] = static_cast<T>(loss);
@@ -180,13 +248,10 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
     return false;
   }
   // The fixed-order tail: total weight of the non-ignored targets, and the sum.
-  acc_t total = 0, sum = 0;
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const int64_t t = read_target(p, b.target, r);
-    if (t == p.ignore_index) continue;
-    total += w != nullptr ? w[t] : acc_t(1);
-    if (!none) sum += row_loss[r];
-  }
+  acc_t sum = 0;
+  if (!none)
+    for (int64_t r = 0; r < p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
+  const acc_t total = total_weight(p, b.target, w);
   *static_cast<acc_t*>(b.total_weight) = total;
   if (!none) {
     const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;
@@ -199,8 +264,6 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
 template <typename T>
 bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
   using acc_t = acc_of<T>;
-  using Io = VecIo<T>;
-  using V = typename Io::V;
   const CeProblem& p = plan.problem;
   const int64_t C = p.classes;
   const T* logits = static_cast<const T*>(b.logits);
@@ -215,11 +278,9 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
   std::atomic<bool> bad{false};
   std::atomic<int64_t> bad_value{0};
-  const int64_t vec_end = C - C % Io::kB;
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(C, 1)));
   at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const T* x = logits + r * p.row_stride;
       T* dx = grad + r * p.grad_row_stride;
       const int64_t t = read_target(p, b.target, r);
       if (t == p.ignore_index || t < 0 || t >= C) {
@@ -228,33 +289,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
         continue;
       }
       const acc_t s = p.reduction == Reduction::None ? g[r] : scalar_scale;
-      const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-      const acc_t a = s * ((1 - eps) * wt + eps_c * W);  // coefficient of p_c
-      const acc_t c = s * eps_c;                          // of -w_c
-      const acc_t onehot = s * (1 - eps) * wt;            // at c == t
-      const acc_t lse = lse_in[r];
-      const acc_t xt = static_cast<acc_t>(x[t]);  // read before an in-place write
-      const V va(a), vc(c), vl(lse);
-      for (int64_t j = 0; j < vec_end; j += Io::kB) {
-        V u, v;
-        Io::load(x + j, u, v);
-        u = va * vexp(u - vl);
-        v = va * vexp(v - vl);
-        if (w != nullptr) {
-          u = u - vc * V::loadu(w + j);
-          v = v - vc * V::loadu(w + j + Io::kW);
-        } else {
-          u = u - vc;
-          v = v - vc;
-        }
-        Io::store(dx + j, u, v);
-      }
-      for (int64_t j = vec_end; j < C; ++j) {
-        const acc_t v = static_cast<acc_t>(x[j]);
-        dx[j] = static_cast<T>(a * std::exp(v - lse) - c * (w != nullptr ? w[j] : acc_t(1)));
-      }
-      // The true class from acc values: p_t - 1 keeps its small magnitude.
-      dx[t] = static_cast<T>(a * std::exp(xt - lse) - c * (w != nullptr ? w[t] : acc_t(1)) - onehot);
+      grad_row_scaled(logits + r * p.row_stride, dx, C, t, w, W, eps, eps_c, s, lse_in[r]);
     }
   });
   if (bad) {

@@ -17,6 +17,12 @@
 //       total_weight, ignore_index, reduction, label_smoothing) -> grad (N, C)
 //   _cross_entropy_backward_(..., Tensor(a!) logits, ...) -> ()  the same,
 //     written over the logits.
+//   _cross_entropy_forward_grad(logits, target, weight?, ignore_index,
+//       reduction, label_smoothing, acc_loss) -> (loss, lse, total_weight, grad)
+//     the fused forward (mean / sum): the forward's outputs and, in the same
+//     pass, the gradient for grad_loss = 1 (N, C), contiguous.
+//   _cross_entropy_grad_scale_(Tensor(a!) grad, grad_loss) -> ()  its
+//     backward: grad *= grad_loss (skipped on the device when it is 1).
 //   _plan_cross_entropy(logits, backward) -> what softmax_ext.plan shows.
 
 #include "cross_entropy/plan.h"
@@ -32,6 +38,7 @@ namespace {
 
 constexpr const char* kFwd = "softmax_ext._cross_entropy_forward";
 constexpr const char* kBwd = "softmax_ext._cross_entropy_backward";
+constexpr const char* kFwdGrad = "softmax_ext._cross_entropy_forward_grad";
 
 Reduction parse_reduction(const char* op, c10::string_view r) {
   if (r == "mean") return Reduction::Mean;
@@ -108,13 +115,15 @@ WeightArgs weight_args(const std::optional<at::Tensor>& weight, c10::ScalarType 
   return a;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_in, const at::Tensor& target_in,
-                                                       const std::optional<at::Tensor>& weight,
-                                                       int64_t ignore_index, c10::string_view reduction_name,
-                                                       double smoothing, bool /*inplace_backward*/,
-                                                       bool acc_loss) {
-  const Reduction reduction = parse_reduction(kFwd, reduction_name);
-  const at::Tensor x = check_args(kFwd, logits_in, target_in, weight, smoothing);
+// The forward of both ops: `grad` defined (the fused forward) also gets
+// the gradient for grad_loss = 1.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, const at::Tensor& logits_in,
+                                                            const at::Tensor& target_in,
+                                                            const std::optional<at::Tensor>& weight,
+                                                            int64_t ignore_index, c10::string_view reduction_name,
+                                                            double smoothing, bool acc_loss, at::Tensor* grad) {
+  const Reduction reduction = parse_reduction(op, reduction_name);
+  const at::Tensor x = check_args(op, logits_in, target_in, weight, smoothing);
   const at::Tensor target = target_in.contiguous();
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const int64_t n = x.size(0);
@@ -129,8 +138,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_
     return {loss, lse, total};
   }
   const WeightArgs w = weight_args(weight, acc, smoothing);
-  const CePlan plan = select_ce(
-      make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing, acc_loss), /*backward=*/false);
+  CeProblem problem = make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing, acc_loss);
+  if (grad != nullptr) {
+    TORCH_CHECK_VALUE(reduction != Reduction::None, op, ": reduction='none' is not accepted; accepted: 'mean', 'sum'");
+    problem.fused_grad = true;
+    problem.grad_row_stride = row_stride_of(*grad);
+  }
+  const CePlan plan = select_ce(problem, /*backward=*/false);
   CeBuffers b;
   b.logits = x.const_data_ptr();
   b.target = target.const_data_ptr();
@@ -139,12 +153,59 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits_
   b.loss = loss.mutable_data_ptr();
   b.lse = lse.mutable_data_ptr();
   b.total_weight = total.mutable_data_ptr();
+  if (grad != nullptr) b.grad = grad->mutable_data_ptr();
   const std::string why = can_implement_ce(plan, b, false);
-  TORCH_CHECK_VALUE(why.empty(), kFwd, ": ", why);
+  TORCH_CHECK_VALUE(why.empty(), op, ": ", why);
   at::Tensor workspace;
   if (plan.workspace_bytes > 0) workspace = at::empty({plan.workspace_bytes}, x.options().dtype(at::kByte));
   run_ce_forward(plan, b, workspace.defined() ? workspace.mutable_data_ptr() : nullptr);
   return {loss, lse, total};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits, const at::Tensor& target,
+                                                       const std::optional<at::Tensor>& weight,
+                                                       int64_t ignore_index, c10::string_view reduction,
+                                                       double smoothing, bool /*inplace_backward*/,
+                                                       bool acc_loss) {
+  return forward_into(kFwd, logits, target, weight, ignore_index, reduction, smoothing, acc_loss, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_grad(
+    const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t ignore_index, c10::string_view reduction, double smoothing, bool acc_loss) {
+  at::Tensor grad = at::empty(logits.sizes(), logits.options());  // contiguous, as the fake kernel
+  auto [loss, lse, total] =
+      forward_into(kFwdGrad, logits, target, weight, ignore_index, reduction, smoothing, acc_loss, &grad);
+  return {loss, lse, total, grad};
+}
+
+// grad *= grad_loss, in place: the backward of the fused forward. On CUDA
+// the value stays on the device (the kernel skips the pass when it is 1);
+// on CPU it is read.
+void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
+  const char* op = "softmax_ext._cross_entropy_grad_scale_";
+  TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(grad.scalar_type()), op, ": grad dtype ", grad.scalar_type(),
+                              " is not supported; ", kAcceptedDtypes);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(grad_loss.scalar_type()), op, ": grad_loss dtype ",
+                              grad_loss.scalar_type(), " is not supported; accepted: a floating dtype");
+  TORCH_CHECK_VALUE(grad_loss.numel() == 1, op, ": grad_loss has shape ", grad_loss.sizes(), "; expected one value");
+  TORCH_CHECK_VALUE(grad_loss.device() == grad.device(), op, ": grad_loss is on ", grad_loss.device(),
+                    " but grad is on ", grad.device());
+  const c10::ScalarType acc = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor g = grad_loss.to(acc).reshape({});
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (grad.is_cuda() && grad.is_contiguous() && reinterpret_cast<uintptr_t>(grad.data_ptr()) % 16 == 0) {
+    c10::OptionalDeviceGuard guard(grad.device());
+    cuda_grad_scale(grad.scalar_type(), grad.device().index(), grad.mutable_data_ptr(), grad.numel(),
+                    g.const_data_ptr());
+    return;
+  }
+#endif
+  if (grad.is_cuda()) {
+    grad.mul_(g);  // (a view of other layout: torch's kernel, always one pass)
+  } else if (g.item<double>() != 1.0) {
+    grad.mul_(g);
+  }
 }
 
 // Shared by the out-of-place and in-place backward: `grad` is where the
@@ -253,6 +314,11 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
         "str reduction=\"mean\", float label_smoothing=0.0, bool inplace_backward=False, bool acc_loss=False) "
         "-> (Tensor loss, Tensor lse, Tensor total_weight)",
         tags);
+  m.def("_cross_entropy_forward_grad(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
+        "str reduction=\"mean\", float label_smoothing=0.0, bool acc_loss=False) "
+        "-> (Tensor loss, Tensor lse, Tensor total_weight, Tensor grad)",
+        tags);
+  m.def("_cross_entropy_grad_scale_(Tensor(a!) grad, Tensor grad_loss) -> ()", tags);
   m.def("_cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, Tensor? weight, Tensor lse, "
         "Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> Tensor",
         tags);
@@ -267,6 +333,8 @@ static void impl_kernels(torch::Library& m) {
   m.impl("_cross_entropy_forward", &forward);
   m.impl("_cross_entropy_backward", &backward);
   m.impl("_cross_entropy_backward_", &backward_inplace);
+  m.impl("_cross_entropy_forward_grad", &forward_grad);
+  m.impl("_cross_entropy_grad_scale_", &grad_scale);
 }
 
 TORCH_LIBRARY_IMPL(softmax_ext, CPU, m) { impl_kernels(m); }

@@ -9,12 +9,21 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
 namespace softmax_ext::ce {
 
 namespace {
+// Dynamic shared memory a block may have on sm_90 (227 KB), less the
+// forward kernel's static reduction scratch.
+constexpr int64_t kMaxStageBytes = 227 * 1024 - 1024;
+// The fused forward's geometry changes above rows of this many bytes.
+constexpr int64_t kSmallFusedRow = 128 * 1024;
+
+int64_t row_bytes(const CeProblem& p) { return p.classes * static_cast<int64_t>(c10::elementSize(p.dtype)); }
+
 const char* reduction_name(Reduction r) {
   return r == Reduction::None ? "none" : r == Reduction::Mean ? "mean" : "sum";
 }
@@ -29,7 +38,7 @@ std::string CeProblem::to_string() const {
 }
 
 // CUDA: a block per row; each thread keeps four 16-byte loads in flight
-// (cuda_kernels.cu). The forward block ends every row with a block
+// (cuda/families/cross_entropy/kernels.cu). The forward block ends every row with a block
 // reduction, during which it has no loads in flight: 16-bit forward rows
 // take 128 threads, so more rows (blocks) share an SM and cover each
 // other's reductions; f32 and f64 rows, twice the bytes a row, take 512.
@@ -37,6 +46,8 @@ std::string CeProblem::to_string() const {
 // 128 threads so a block is not mostly idle. (The measurements behind the
 // choice: docs/cross_entropy.md.)
 // SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (A/B runs).
+// The fused forward (forward and gradient in one block per row) takes 256
+// threads for rows up to 128 KB and 512 above.
 static int cuda_threads(const CeProblem& p, bool backward) {
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
     const int v = std::atoi(env);
@@ -44,7 +55,22 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   }
   if (p.classes < 4096) return 128;
   if (backward) return 512;
+  if (p.fused_grad) return row_bytes(p) <= kSmallFusedRow ? 256 : 512;
   return c10::elementSize(p.dtype) == 2 ? 128 : 512;
+}
+
+// The fused forward keeps the start of each row in shared memory for its
+// gradient pass (the rest is read again, from L2 where it still is): 48 KB
+// of 16-bit rows up to 128 KB, 100 KB of wider ones, 200 KB of rows above
+// 128 KB (one block an SM). SOFTMAX_EXT_CE_STAGE_KB overrides the bytes
+// per block (A/B runs).
+static int64_t cuda_stage_bytes(const CeProblem& p) {
+  int64_t budget = row_bytes(p) > kSmallFusedRow     ? 200 * 1024
+                   : c10::elementSize(p.dtype) == 2 ? 48 * 1024
+                                                    : 100 * 1024;
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_STAGE_KB")) budget = std::atoi(env) * int64_t{1024};
+  budget = std::clamp<int64_t>(budget, 0, kMaxStageBytes);
+  return std::min((row_bytes(p) + 15) / 16 * 16, budget / 16 * 16);
 }
 
 CePlan select_ce(const CeProblem& problem, bool backward) {
@@ -54,10 +80,17 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
   if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
     plan.threads = cuda_threads(problem, backward);
-    plan.kernel = std::string(backward ? "cuda.ce_block_per_row_backward." : "cuda.ce_block_per_row.") + tag;
+    if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem);
+    plan.kernel = std::string(backward             ? "cuda.ce_block_per_row_backward."
+                              : problem.fused_grad ? "cuda.ce_block_per_row_fused_grad."
+                                                   : "cuda.ce_block_per_row.") +
+                  tag;
   } else {
     plan.family = CeFamily::kCpuRows;
-    plan.kernel = std::string(backward ? "cpu.ce_rows_backward." : "cpu.ce_rows.") + tag;
+    plan.kernel = std::string(backward             ? "cpu.ce_rows_backward."
+                              : problem.fused_grad ? "cpu.ce_rows_fused_grad."
+                                                   : "cpu.ce_rows.") +
+                  tag;
   }
   plan.workspace_bytes = workspace_size_ce(plan, backward);
   return plan;
@@ -83,6 +116,8 @@ std::string can_implement_ce(const CePlan& plan, const CeBuffers& b, bool backwa
     if (p.reduction == Reduction::Mean && b.total_weight == nullptr) return "total_weight buffer is missing";
   } else {
     if (b.loss == nullptr || b.lse == nullptr || b.total_weight == nullptr) return "forward outputs are missing";
+    if (p.fused_grad && p.reduction == Reduction::None) return "the fused gradient needs reduction 'mean' or 'sum'";
+    if (p.fused_grad && b.grad == nullptr) return "gradient buffer is missing";
   }
   return {};
 }

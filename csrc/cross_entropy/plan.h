@@ -42,6 +42,10 @@ struct CeProblem {
   double smoothing = 0.0;
   int64_t ignore_index = -100;
   bool acc_loss = false;   // the loss in acc_dtype() (16-bit logits: float32) instead of dtype
+  // The fused forward (mean / sum): also writes the gradient for
+  // grad_loss = 1 into CeBuffers::grad (row stride grad_row_stride), so the
+  // backward only scales it by grad_loss.
+  bool fused_grad = false;
 
   c10::ScalarType acc_dtype() const {
     return dtype == c10::ScalarType::Double ? c10::ScalarType::Double : c10::ScalarType::Float;
@@ -59,6 +63,7 @@ struct CePlan {
   CeFamily family = CeFamily::kCpuRows;
   std::string kernel;      // stable name, e.g. "cuda.ce_block_per_row.bf16"
   int threads = 0;         // CUDA: threads per block
+  int64_t stage_bytes = 0; // CUDA fused forward: bytes of each row kept in shared memory
   int64_t workspace_bytes = 0;
 };
 
@@ -66,8 +71,9 @@ struct CePlan {
 // null), weight_sum (W, acc dtype, 0-dim, or null when no smoothing with a
 // weight) -> loss (none: N values of the logits' dtype; mean/sum: one),
 // lse (N, acc dtype), total_weight (one, acc dtype).
-// Backward additionally reads grad_loss (acc dtype; N values for none, one
-// otherwise), lse and total_weight, and writes grad (row stride as logits;
+// The fused forward also writes grad. Backward additionally reads grad_loss
+// (acc dtype; N values for none, one otherwise), lse and total_weight, and
+// writes grad (row stride as logits;
 // may be the logits themselves).
 struct CeBuffers {
   const void* logits = nullptr;
@@ -96,7 +102,9 @@ bool cpu_backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_tar
 #ifdef SOFTMAX_EXT_WITH_CUDA
 void cuda_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace);
 void cuda_backward(const CePlan& plan, const CeBuffers& buffers);
-int cuda_sm_count(int device);
+// grad (n contiguous, 16-byte aligned elements of dtype) *= *grad_loss (acc
+// dtype, on the device), skipped on the device when it is 1.
+void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss);
 #endif
 
 }  // namespace softmax_ext::ce

@@ -29,6 +29,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import nn as sx_nn
+from .._cross_entropy import rows_loss
 from ..patching import routed
 
 # Modeling modules given the softmax_ext namespace: module -> its own names.
@@ -86,8 +87,7 @@ def _fixed_cross_entropy(source, target, num_items_in_batch=None, ignore_index: 
     value is the float32 one transformers computes on `logits.float()`."""
     reduction = "sum" if num_items_in_batch is not None else "mean"
     # acc_loss: the loss in float32 for 16-bit logits (not rounded to 16 bits)
-    loss = torch.ops.softmax_ext._cross_entropy_forward.default(
-        source, target, None, ignore_index, reduction, 0.0, False, True)[0]
+    loss = rows_loss(source, target, None, ignore_index, reduction, 0.0, acc_loss=True)
     if reduction == "sum":
         if torch.is_tensor(num_items_in_batch):
             num_items_in_batch = num_items_in_batch.to(loss.device)

@@ -73,7 +73,10 @@ struct ForwardArgs {
   T* loss_none;             // reduction "none"
   acc_t* row_loss;          // mean / sum
   acc_t* lse;
-  int64_t rows, classes, row_stride, ignore_index;
+  T* grad;                    // fused: the gradient for grad_loss = 1
+  const acc_t* total_weight;  // fused mean: the divisor (computed first)
+  int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
+  int64_t stage_packs;  // fused: packs of each row kept in shared memory
   acc_t eps, eps_c;
 };
 
@@ -111,12 +114,109 @@ struct Online {
   }
 };
 
-template <typename T, int kThreads, bool kSmooth>
+__device__ __forceinline__ float cuda_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ __forceinline__ double cuda_fma(double a, double b, double c) { return __fma_rn(a, b, c); }
+
+// The gradient of one row (plan.h): dx_c = ca * p_c - cc * w_c - [c == t] * cb.
+template <typename acc_t>
+struct GradCoefficients {
+  acc_t ca;  // of p_c
+  acc_t cc;  // of w_c
+  acc_t cb;  // at c == t
+};
+
+// s: the row's scale (grad_loss, over total_weight for mean); wt = w_t;
+// W = sum(w) (C without a weight).
+template <typename acc_t>
+__device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(acc_t s, acc_t wt, acc_t W, acc_t eps,
+                                                                     acc_t eps_c) {
+  // explicit fma: the same rounding wherever it is inlined (the fused
+  // forward and the backward give the same bits)
+  return {s * cuda_fma(eps_c, W, (1 - eps) * wt), s * eps_c, s * (1 - eps) * wt};
+}
+
+template <typename T>
+__device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
+  constexpr int P = kPack<T>;
+  const Row<T> r = split_row(g, n);
+  for (int64_t j = threadIdx.x; j < r.head; j += threads) g[j] = T(0.0f);
+  for (int64_t j = r.body_end + threadIdx.x; j < n; j += threads) g[j] = T(0.0f);
+  Pack<T, P> z;
+#pragma unroll
+  for (int e = 0; e < P; ++e) z.v[e] = T(0.0f);
+  for (int64_t k = threadIdx.x; k < r.packs; k += threads) z.store(g + r.head + k * P);
+}
+
+// One row of the gradient from its lse: one read of x, one write of g
+// (16-byte packs where the two rows sit alike against 16 bytes), computed
+// in f32 before the one rounding, so the true class's p - 1 keeps its value
+// for confident predictions. g may be x (in place): each element is read
+// before it is written, by the same thread. The first `staged` packs of the
+// row's body come from `stage` (shared memory, filled by the same thread
+// in the fused forward) instead of global memory.
+template <typename T, int kThreads, bool kWeighted>
+__device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes, int64_t t,
+                                               const acc_type<T>* weight, GradCoefficients<acc_type<T>> k,
+                                               acc_type<T> lse, const uint4* stage = nullptr,
+                                               int64_t staged = 0) {
+  using acc_t = acc_type<T>;
+  using Exp = cuda::exp_policy_t<T>;
+  constexpr int P = kPack<T>;
+  auto value = [&](acc_t v, int64_t j) {
+    const acc_t d = cuda_fma(k.ca, Exp::exp(v - lse), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
+    return j == t ? d - k.cb : d;
+  };
+  const bool same_shift = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(g)) % cuda::kVectorBytes == 0;
+  if (!same_shift) {  // the two rows sit differently against 16 bytes
+    for (int64_t j = threadIdx.x; j < classes; j += kThreads) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
+    return;
+  }
+  const Row<T> r = split_row(x, classes);
+  {
+    const int64_t tail = classes - r.body_end;
+    int64_t j = -1;
+    if (threadIdx.x < r.head) j = threadIdx.x;
+    else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
+    if (j >= 0) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
+  }
+  const T* xb = x + r.head;
+  T* gb = g + r.head;
+  for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+    Pack<T, P> pk[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k0 + int64_t{u} * kThreads;
+      if (kk < staged) pk[u].raw[0] = stage[kk];
+      else if (kk < r.packs) pk[u].load(xb + kk * P);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k0 + int64_t{u} * kThreads;
+      if (kk < r.packs) {
+        Pack<T, P> out;
+#pragma unroll
+        for (int e = 0; e < P; ++e)
+          out.v[e] = cuda::convert<T>(value(cuda::convert<acc_t>(pk[u].v[e]), r.head + kk * P + e));
+        out.store(gb + kk * P);
+      }
+    }
+  }
+}
+
+// kGrad (the fused forward, mean / sum): after its statistics the block
+// also writes the row's gradient for grad_loss = 1, reading the row a
+// second time while it is still in L2; the backward then only scales it
+// (ce_grad_scale_kernel). One read from memory and one write in all,
+// against the unfused pair's two reads and one write.
+template <typename T, int kThreads, bool kSmooth, bool kGrad>
 __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
   __shared__ acc_t scratch_s[cuda::kWarpSize];
+  extern __shared__ uint4 stage[];  // kGrad: the row's first a.stage_packs packs
+  // The gradient's row scale: 1 / total_weight (mean) or 1 (sum).
+  const acc_t grad_scale = kGrad && a.total_weight != nullptr ? acc_t(1) / *a.total_weight : acc_t(1);
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t t = load_target(a.target64, a.target32, row);
     if (t == a.ignore_index) {
@@ -125,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
         if (a.loss_none != nullptr) a.loss_none[row] = T(0.0f);
         else a.row_loss[row] = 0;
       }
+      if constexpr (kGrad) zero_row(a.grad + row * a.grad_row_stride, a.classes, kThreads);
       continue;
     }
     CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
@@ -159,6 +260,13 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
+      if constexpr (kGrad) {  // kept for the gradient pass (each thread its own packs)
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t kk = k0 + int64_t{u} * kThreads;
+          if (u < live && kk < a.stage_packs) stage[kk] = pk[u].raw[0];
+        }
+      }
       on.add(pk, live);
       if constexpr (kSmooth) {
 #pragma unroll
@@ -173,8 +281,10 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
     const cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
                                                              cuda::empty_stats<acc_t>(), scratch_ms);
     if constexpr (kSmooth) sx = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
+    // One lse for the store and the gradient (a second expression could be
+    // contracted otherwise): the backward op then reads the same value.
+    const acc_t lse = stats.max + cuda::acc_log(stats.sum);
     if (threadIdx.x == 0) {
-      const acc_t lse = stats.max + cuda::acc_log(stats.sum);
       const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
       acc_t loss = (1 - a.eps) * wt * (lse - xt);
       if constexpr (kSmooth) {
@@ -184,6 +294,20 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
       a.lse[row] = lse;
       if (a.loss_none != nullptr) a.loss_none[row] = cuda::convert<T>(loss);
       else a.row_loss[row] = loss;
+    }
+    if constexpr (kGrad) {
+      T* g = a.grad + row * a.grad_row_stride;
+      if (a.weight != nullptr) {
+        const acc_t W = a.weight_sum != nullptr ? *a.weight_sum : acc_t(0);
+        write_grad_row<T, kThreads, true>(x, g, a.classes, t, a.weight,
+                                          grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), lse,
+                                          stage, a.stage_packs);
+      } else {
+        write_grad_row<T, kThreads, false>(
+            x, g, a.classes, t, a.weight,
+            grad_coefficients(grad_scale, acc_t(1), static_cast<acc_t>(a.classes), a.eps, a.eps_c), lse, stage,
+            a.stage_packs);
+      }
     }
   }
 }
@@ -231,23 +355,9 @@ struct BackwardArgs {
   bool none, mean;
 };
 
-template <typename T>
-__device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
-  constexpr int P = kPack<T>;
-  const Row<T> r = split_row(g, n);
-  for (int64_t j = threadIdx.x; j < r.head; j += threads) g[j] = T(0.0f);
-  for (int64_t j = r.body_end + threadIdx.x; j < n; j += threads) g[j] = T(0.0f);
-  Pack<T, P> z;
-#pragma unroll
-  for (int e = 0; e < P; ++e) z.v[e] = T(0.0f);
-  for (int64_t k = threadIdx.x; k < r.packs; k += threads) z.store(g + r.head + k * P);
-}
-
 template <typename T, int kThreads, bool kWeighted>
 __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a) {
   using acc_t = acc_type<T>;
-  using Exp = cuda::exp_policy_t<T>;
-  constexpr int P = kPack<T>;
   acc_t scale = 0;
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
   const acc_t W = kWeighted ? (a.weight_sum != nullptr ? *a.weight_sum : acc_t(0)) : static_cast<acc_t>(a.classes);
@@ -259,53 +369,37 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
       continue;
     }
     CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
-    const T* x = a.logits + row * a.row_stride;
     const acc_t s = a.none ? a.grad_loss[row] : scale;
     const acc_t wt = kWeighted ? a.weight[t] : acc_t(1);
-    const acc_t ca = s * ((1 - a.eps) * wt + a.eps_c * W);  // of p_c
-    const acc_t cc = s * a.eps_c;                            // of w_c
-    const acc_t cb = s * (1 - a.eps) * wt;                   // at c == t
-    const acc_t lse = a.lse[row];
-    auto value = [&](acc_t v, int64_t j) {
-      acc_t d = ca * Exp::exp(v - lse) - cc * (kWeighted ? a.weight[j] : acc_t(1));
-      return j == t ? d - cb : d;
-    };
-    const bool same_shift = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(g)) % cuda::kVectorBytes == 0;
-    if (!same_shift) {  // the two rows sit differently against 16 bytes
-      for (int64_t j = threadIdx.x; j < a.classes; j += kThreads) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
-      continue;
-    }
-    const Row<T> r = split_row(x, a.classes);
-    {
-      const int64_t tail = a.classes - r.body_end;
-      int64_t j = -1;
-      if (threadIdx.x < r.head) j = threadIdx.x;
-      else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
-      if (j >= 0) g[j] = cuda::convert<T>(value(cuda::convert<acc_t>(x[j]), j));
-    }
-    const T* xb = x + r.head;
-    T* gb = g + r.head;
-    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
-      Pack<T, P> pk[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + int64_t{u} * kThreads;
-        if (k < r.packs) pk[u].load(xb + k * P);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t k = k0 + int64_t{u} * kThreads;
-        if (k < r.packs) {
-          Pack<T, P> out;
-#pragma unroll
-          for (int e = 0; e < P; ++e)
-            out.v[e] = cuda::convert<T>(value(cuda::convert<acc_t>(pk[u].v[e]), r.head + k * P + e));
-          out.store(gb + k * P);
-        }
-      }
-    }
+    write_grad_row<T, kThreads, kWeighted>(a.logits + row * a.row_stride, g, a.classes, t, a.weight,
+                                           grad_coefficients(s, wt, W, a.eps, a.eps_c), a.lse[row]);
   }
 }
+
+// The backward of the fused forward (its gradient was written for
+// grad_loss = 1): grad *= grad_loss, in place. Every block reads grad_loss
+// and returns at once when it is 1, the usual loss.backward(), so that
+// step makes no pass over the gradient and the host never waits for the
+// value.
+template <typename T>
+__global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const acc_type<T>* grad_loss) {
+  using acc_t = acc_type<T>;
+  constexpr int P = kPack<T>;
+  const acc_t s = *grad_loss;
+  if (s == acc_t(1)) return;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int64_t packs = n / P;
+  for (int64_t k = first; k < packs; k += step) {
+    Pack<T, P> v;
+    v.load(grad + k * P);
+#pragma unroll
+    for (int e = 0; e < P; ++e) v.v[e] = cuda::convert<T>(cuda::convert<acc_t>(v.v[e]) * s);
+    v.store(grad + k * P);
+  }
+  for (int64_t j = packs * P + first; j < n; j += step) grad[j] = cuda::convert<T>(cuda::convert<acc_t>(grad[j]) * s);
+}
+
 
 template <typename F>
 void dispatch_dtype(c10::ScalarType t, F&& f) {
@@ -352,11 +446,27 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
     a.row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
     a.lse = static_cast<acc_t*>(b.lse);
+    a.grad = static_cast<T*>(b.grad);
+    a.grad_row_stride = p.grad_row_stride;
+    a.total_weight = nullptr;
+    if (p.fused_grad && p.reduction == Reduction::Mean) {
+      // The mean's divisor first: the rows' gradients are scaled by it.
+      ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, nullptr, nullptr, static_cast<acc_t*>(b.total_weight), true);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      a.total_weight = static_cast<const acc_t*>(b.total_weight);
+    }
+    a.stage_packs = plan.stage_bytes / cuda::kVectorBytes;
     dispatch_threads(plan.threads, [&](auto threads) {
       cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
-        ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value>
-            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
+          const auto kernel =
+              ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value, decltype(grad)::value>;
+          if (plan.stage_bytes > 48 * 1024)  // above the default limit (set on the current device)
+            C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(plan.stage_bytes)));
+          kernel<<<cuda::grid_for_rows(p.rows), decltype(threads)::value, plan.stage_bytes, stream>>>(a);
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
       });
     });
     T* loss = none || p.acc_loss ? nullptr : static_cast<T*>(b.loss);
@@ -389,6 +499,20 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });
+  });
+}
+
+void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss) {
+  if (n == 0) return;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kThreads = 256;
+    // a grid-stride loop: 2048 blocks keep every SM of a current GPU busy
+    const int64_t blocks = std::min<int64_t>((n / kPack<T> + kThreads - 1) / kThreads + 1, 2048);
+    ce_grad_scale_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        static_cast<T*>(grad), n, static_cast<const acc_type<T>*>(grad_loss));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
 
