@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 import softmax_ext
 
@@ -39,11 +40,23 @@ def cases(device: str):
     dy = torch.randn_like(y)
     aten_bwd = torch.ops.aten._softmax_backward_data
 
+    t = torch.randint(0, 128, (8,), device=device)
+    ce_ops = torch.ops.softmax_ext
+
     def round_trip(f):
         def run():
             f(xg, -1).sum().backward()
 
         return run
+
+    def loss_round_trip(f):
+        def run():
+            f(xg, t).backward()
+
+        return run
+
+    def two_op(x_, t_):  # the forward op with its registered autograd formula
+        return ce_ops._cross_entropy_forward.default(x_, t_)[0]
 
     return [
         ("softmax, no grad", lambda: softmax_ext.softmax(x, -1), lambda: torch.softmax(x, -1)),
@@ -54,6 +67,10 @@ def cases(device: str):
         ("autograd round trip", round_trip(softmax_ext.softmax), round_trip(torch.softmax)),
         ("torch.softmax under patch()", None, lambda: torch.softmax(x, -1)),
         ("F.softmax under patch()", None, lambda: torch.nn.functional.softmax(x, -1)),
+        ("cross_entropy, no grad", lambda: softmax_ext.cross_entropy(x, t), lambda: F.cross_entropy(x, t)),
+        ("cross_entropy round trip (fused)", loss_round_trip(softmax_ext.cross_entropy),
+         loss_round_trip(F.cross_entropy)),
+        ("cross_entropy round trip (two-op)", loss_round_trip(two_op), loss_round_trip(F.cross_entropy)),
     ]
 
 
