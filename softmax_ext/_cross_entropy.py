@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from . import _C
+
 _ops = torch.ops.softmax_ext
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _ACCEPTED = "accepted: float32, float16, bfloat16, float64"
@@ -133,21 +135,31 @@ def _takes_fused_grad(rows, target, weight, reduction, inplace_backward):
         and torch.is_grad_enabled()
         and rows.dtype != torch.float16
         and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
-        and type(rows) is _Tensor
-        and type(target) is _Tensor
-        and (weight is None or type(weight) is _Tensor)
-        and not _is_compiling()
-        and not _torch_function_mode()
+        and _eager_plain(rows, target, weight)
         and _dispatch_modes() == 0
         and _functorch_level() is None
     )
 
 
+def _eager_plain(rows, target, weight):
+    return (
+        type(rows) is _Tensor
+        and type(target) is _Tensor
+        and (weight is None or type(weight) is _Tensor)
+        and not _is_compiling()
+        and not _torch_function_mode()
+    )
+
+
 def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward=False, acc_loss=False):
     """The loss of (N, C) rows: the fused forward where it applies, else the
-    forward op with its autograd formula."""
+    forward op with its autograd formula (through _C's direct entry point
+    for plain tensors in eager mode: no torch.ops argument parsing)."""
     if _takes_fused_grad(rows, tgt, weight, reduction, inplace_backward):
         return _FusedGrad.apply(rows, tgt, weight, ignore_index, reduction, label_smoothing, acc_loss)
+    if _eager_plain(rows, tgt, weight):
+        return _C._cross_entropy_rows(rows, tgt, weight, ignore_index, reduction, label_smoothing,
+                                      inplace_backward, acc_loss, False)
     return _ops._cross_entropy_forward.default(
         rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss
     )[0]
@@ -161,8 +173,8 @@ class _FusedGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss):
-        loss, lse, total, grad = _ops._cross_entropy_forward_grad.default(
-            logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss
+        loss, lse, total, grad = _C._cross_entropy_rows(
+            logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss, True
         )
         ctx.grad = grad
         ctx.args = (ignore_index, reduction, label_smoothing)

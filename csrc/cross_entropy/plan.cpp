@@ -16,9 +16,6 @@
 namespace softmax_ext::ce {
 
 namespace {
-// Dynamic shared memory a block may have on sm_90 (227 KB), less the
-// forward kernel's static reduction scratch.
-constexpr int64_t kMaxStageBytes = 227 * 1024 - 1024;
 // The fused forward's geometry changes above rows of this many bytes.
 constexpr int64_t kSmallFusedRow = 128 * 1024;
 

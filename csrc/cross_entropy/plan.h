@@ -53,6 +53,10 @@ struct CeProblem {
   std::string to_string() const;
 };
 
+// The most shared memory the fused forward stages a row in: what a block
+// may have on sm_90 (227 KB), less the kernel's static reduction scratch.
+constexpr int64_t kMaxStageBytes = 227 * 1024 - 1024;
+
 enum class CeFamily : uint8_t {
   kCpuRows,   // at::parallel_for over rows, Vectorized max / exp-sum / gradient
   kCudaRows,  // a block per row, 16-byte vector loads, one pass (online max / sum)

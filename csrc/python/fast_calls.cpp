@@ -1,4 +1,5 @@
-// Direct Python entry points of the four softmax ops, for eager calls.
+// Direct Python entry points of the four softmax ops and of the
+// cross-entropy forward, for eager calls.
 //
 // softmax_ext.softmax(x) on a plain tensor outside torch.compile calls
 // _C._softmax(x, dim, dtype): one CPython call with positional arguments,
@@ -147,6 +148,57 @@ PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
   END_HANDLE_TH_ERRORS
 }
 
+// (logits (N, C), target (N), weight or None, ignore_index, reduction,
+// label_smoothing, inplace_backward, acc_loss, fused) -> the loss, or with
+// fused the tuple (loss, lse, total_weight, grad) of the fused forward:
+// softmax_ext/_cross_entropy.py's rows_loss for plain tensors in eager mode.
+// The arguments come from that module (validated there), not from users.
+PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* op = "softmax_ext.cross_entropy";
+  int64_t ignore_index = 0;
+  if (!arg_count(op, nargs, 9) || !tensor_arg(op, "logits", args[0]) || !tensor_arg(op, "target", args[1]) ||
+      (args[2] != Py_None && !tensor_arg(op, "weight", args[2])) ||
+      !int_arg(op, "ignore_index", args[3], ignore_index))
+    return nullptr;
+  Py_ssize_t length = 0;
+  const char* reduction = PyUnicode_AsUTF8AndSize(args[4], &length);
+  if (reduction == nullptr) return nullptr;
+  const double smoothing = PyFloat_AsDouble(args[5]);
+  if (smoothing == -1.0 && PyErr_Occurred()) return nullptr;
+  const bool inplace = PyObject_IsTrue(args[6]) == 1;
+  const bool acc_loss = PyObject_IsTrue(args[7]) == 1;
+  const bool fused = PyObject_IsTrue(args[8]) == 1;
+  const at::Tensor& logits = THPVariable_Unpack(args[0]);
+  const at::Tensor& target = THPVariable_Unpack(args[1]);
+  std::optional<at::Tensor> weight;
+  if (args[2] != Py_None) weight = THPVariable_Unpack(args[2]);
+  const c10::string_view red(reduction, static_cast<size_t>(length));
+  if (fused) {
+    using Sig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+        const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, int64_t, c10::string_view, double,
+        bool);
+    static const auto handle = find_op<Sig>("softmax_ext::_cross_entropy_forward_grad");
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> out;
+    {
+      pybind11::gil_scoped_release no_gil;
+      out = handle.call(logits, target, weight, ignore_index, red, smoothing, acc_loss);
+    }
+    return pybind11::cast(std::move(out)).release().ptr();
+  }
+  using Sig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                             const std::optional<at::Tensor>&, int64_t,
+                                                             c10::string_view, double, bool, bool);
+  static const auto handle = find_op<Sig>("softmax_ext::_cross_entropy_forward");
+  at::Tensor loss;
+  {
+    pybind11::gil_scoped_release no_gil;
+    loss = std::get<0>(handle.call(logits, target, weight, ignore_index, red, smoothing, inplace, acc_loss));
+  }
+  return THPVariable_Wrap(std::move(loss));
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef kMethods[] = {
     {"_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward<false>)), METH_FASTCALL,
      "softmax(x, dim, dtype) through the dispatcher (eager fast path of softmax_ext.softmax)"},
@@ -160,6 +212,8 @@ PyMethodDef kMethods[] = {
      "softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
     {"_route_log_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&route<true>)), METH_FASTCALL,
      "log_softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
+    {"_cross_entropy_rows", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_rows)),
+     METH_FASTCALL, "the cross-entropy forward (or fused forward) of (N, C) rows through the dispatcher"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -461,9 +461,11 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
         cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
           const auto kernel =
               ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value, decltype(grad)::value>;
-          if (plan.stage_bytes > 48 * 1024)  // above the default limit (set on the current device)
+          // Static and dynamic shared memory over 48 KB need the opt-in,
+          // set on the current device (to the most any plan stages).
+          if (plan.stage_bytes > 0)
             C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(plan.stage_bytes)));
+                                                static_cast<int>(kMaxStageBytes)));
           kernel<<<cuda::grid_for_rows(p.rows), decltype(threads)::value, plan.stage_bytes, stream>>>(a);
           C10_CUDA_KERNEL_LAUNCH_CHECK();
         });
