@@ -43,8 +43,9 @@ std::string CeProblem::to_string() const {
 // 128 threads so a block is not mostly idle. (The measurements behind the
 // choice: docs/cross_entropy.md.)
 // SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (A/B runs).
-// The fused forward (forward and gradient in one block per row) takes 256
-// threads for rows up to 128 KB and 512 above.
+// The fused forward (forward and gradient in one block per row) takes, for
+// rows up to 128 KB, 128 threads of 16-bit rows (the plain forward's block,
+// so both give the same lse bits) and 256 of wider ones, and 512 above.
 static int cuda_threads(const CeProblem& p, bool backward) {
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
     const int v = std::atoi(env);
@@ -52,18 +53,19 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   }
   if (p.classes < 4096) return 128;
   if (backward) return 512;
-  if (p.fused_grad) return row_bytes(p) <= kSmallFusedRow ? 256 : 512;
+  if (p.fused_grad && row_bytes(p) <= kSmallFusedRow) return c10::elementSize(p.dtype) == 2 ? 128 : 256;
+  if (p.fused_grad) return 512;
   return c10::elementSize(p.dtype) == 2 ? 128 : 512;
 }
 
 // The fused forward keeps the start of each row in shared memory for its
-// gradient pass (the rest is read again, from L2 where it still is): 48 KB
+// gradient pass (the rest is read again, from L2 where it still is): 24 KB
 // of 16-bit rows up to 128 KB, 100 KB of wider ones, 200 KB of rows above
 // 128 KB (one block an SM). SOFTMAX_EXT_CE_STAGE_KB overrides the bytes
 // per block (A/B runs).
 static int64_t cuda_stage_bytes(const CeProblem& p) {
   int64_t budget = row_bytes(p) > kSmallFusedRow     ? 200 * 1024
-                   : c10::elementSize(p.dtype) == 2 ? 48 * 1024
+                   : c10::elementSize(p.dtype) == 2 ? 24 * 1024
                                                     : 100 * 1024;
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_STAGE_KB")) budget = std::atoi(env) * int64_t{1024};
   budget = std::clamp<int64_t>(budget, 0, kMaxStageBytes);
