@@ -25,6 +25,26 @@ namespace softmax_ext::smm::cuda::sm90 {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
 }
+// One 16-byte chunk of a row-major T matrix in global memory at g (row stride
+// ld) -- row `row`, columns col.. -- into shared memory at dst() by cp.async;
+// its part past cols_end, and all of it past rows_end, read as zeros
+// (cp.async's zero fill; a chunk that copies nothing is given g to read).
+// dst() is called after the bounds test, so the caller chooses where the
+// address is computed: before the test (load_swizzled_tile computes it first)
+// or after it (the lambda does the arithmetic); ptxas schedules the two
+// orders differently.
+template <typename T, typename Dst>
+__device__ __forceinline__ void cp_async16_guarded(const T* g, int64_t ld, int64_t row, int64_t col, int64_t rows_end,
+                                                   int64_t cols_end, Dst dst) {
+  constexpr int kElems = 16 / sizeof(T);  // elements per chunk
+  int bytes = 0;
+  const T* src = g;
+  if (row < rows_end && col < cols_end) {
+    bytes = cols_end - col >= kElems ? 16 : static_cast<int>(cols_end - col) * static_cast<int>(sizeof(T));
+    src = g + row * ld + col;
+  }
+  cp_async16(dst(), src, bytes);
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
@@ -167,14 +187,7 @@ __device__ __forceinline__ void load_swizzled_tile(uint32_t base, const T* g, in
     const uint32_t id = threadIdx.x + i * THREADS;  // unsigned: / and % are shifts and masks
     const uint32_t r = id / CHUNKS, c = id % CHUNKS;
     const uint32_t dst = base + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    const int64_t row = row0 + r, col = col0 + 8 * c;
-    int bytes = 0;
-    const T* src = g;
-    if (row < rows_end && col < cols_end) {
-      bytes = cols_end - col >= 8 ? 16 : static_cast<int>(cols_end - col) * 2;
-      src = g + row * ld + col;
-    }
-    cp_async16(dst, src, bytes);
+    cp_async16_guarded(g, ld, row0 + r, col0 + 8 * c, rows_end, cols_end, [dst] { return dst; });
   }
 }
 

@@ -67,14 +67,7 @@ __device__ __forceinline__ void f32_load_v(uint32_t dst0, const float* vb, int64
   for (int i = 0; i < 32 * kCpr / kF32Threads; ++i) {
     const int id = threadIdx.x + i * kF32Threads;
     const int r = id / kCpr, c = id % kCpr;
-    const int64_t k = k0 + r, n = n0 + 4 * c;
-    int bytes = 0;
-    const float* src = vb;
-    if (k < d2 && n < d3) {
-      bytes = d3 - n >= 4 ? 16 : static_cast<int>(d3 - n) * 4;
-      src = vb + k * v_rs + n;
-    }
-    cp_async16(dst0 + (r * BN + 4 * c) * 4, src, bytes);
+    cp_async16_guarded(vb, v_rs, k0 + r, n0 + 4 * c, d2, d3, [&] { return dst0 + (r * BN + 4 * c) * 4; });
   }
 }
 
@@ -86,14 +79,7 @@ __device__ __forceinline__ void f32_load_x(uint32_t dst0, const float* xb, int64
   for (int i = 0; i < 128 * 8 / kF32Threads; ++i) {
     const int id = threadIdx.x + i * kF32Threads;
     const int r = id >> 3, c = id & 7;
-    const int64_t row = row0 + r, k = k0 + 4 * c;
-    int bytes = 0;
-    const float* src = xb;
-    if (row < d1 && k < d2) {
-      bytes = d2 - k >= 4 ? 16 : static_cast<int>(d2 - k) * 4;
-      src = xb + row * x_rs + k;
-    }
-    cp_async16(dst0 + r * 128 + ((c ^ (r & 7)) << 4), src, bytes);
+    cp_async16_guarded(xb, x_rs, row0 + r, k0 + 4 * c, d1, d2, [&] { return dst0 + r * 128 + ((c ^ (r & 7)) << 4); });
   }
 }
 

@@ -225,6 +225,34 @@ __device__ __forceinline__ void reduce_columns(T (&part)[P], int columns, int cl
   for (int p = 0; p < P; ++p) part[p] = r.totals()[tx * P + p];
 }
 
+// The tile loop of both strided kernels, over tiles of in_t: sets up the
+// block's column reduction of T (its cluster exchange opened before the first
+// tile and closed after the last) and the thread's place in a tile, and runs
+// body(at, walk, reduction, round) for each tile of this block
+// (ClusterRowLoop): at, the thread's TileColumns<N> of the tile; walk, its
+// StridedAxisWalk; reduction and round, what reduce_columns takes (round
+// counts the cluster exchanges).
+template <typename T, typename in_t, int P, int kAxisPerThread, int N, typename Body>
+__device__ __forceinline__ void for_each_strided_tile(const StridedLayout<N>& layout, const int columns,
+                                                      const int cluster_size, Body&& body) {
+  ColumnReduction<T, strided_max_columns(sizeof(in_t))> reduction{columns * P, cluster_size};
+  if (cluster_size > 1) cluster_exchange_init(reduction);
+  unsigned round = 0;
+
+  const int tx = threadIdx.x % columns;
+  const int ty = threadIdx.x / columns;
+  const int rows_step = blockDim.x / columns;
+  const int64_t width = int64_t{columns} * P;
+  const StridedAxisWalk<kAxisPerThread, N> walk(layout.outer, rows_step, ty);
+  const ClusterRowLoop tiles{cluster_size};
+
+  for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
+    const TileColumns<N> at(layout, tile, width, tx, P);
+    body(at, walk, reduction, round);
+  }
+  if (cluster_size > 1) cluster_exchange_exit(round);
+}
+
 // kOneWarp: the tile is one warp (no cluster), whose lane fold has the
 // column totals (a compile-time choice: the run-time test cost registers).
 // kPacked: 16-bit inputs in 8-byte packs stay packed (StridedFragment).
@@ -236,20 +264,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                    const int cluster_size) {
   using acc_t = acc_type<out_t>;
   using Part = MaxSum<acc_t>;
-  ColumnReduction<Part, strided_max_columns(sizeof(in_t))> reduction{columns * P, cluster_size};
-  if (cluster_size > 1) cluster_exchange_init(reduction);
-  unsigned round = 0;
-
   const RowIndexer<2>& outer = layout.outer;
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
-  const StridedAxisWalk<kAxisPerThread, 2> walk(outer, rows_step, ty);
-  const ClusterRowLoop tiles{cluster_size};
-
-  for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
-    const TileColumns<2> at(layout, tile, width, tx, P);
+  const auto tile_body = [&](const auto& at, const auto& walk, auto& reduction, unsigned& round) {
     const int valid = at.valid;
     StridedFragment<in_t, out_t, kAxisPerThread, P, kPacked> v;
     v.load(walk.start(x + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid, neg_infinity<acc_t>());
@@ -289,8 +305,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
           else return epilogue[p](v.template at<1>(e, p));
         });
     }
-  }
-  if (cluster_size > 1) cluster_exchange_exit(round);
+  };
+  for_each_strided_tile<Part, in_t, P, kAxisPerThread>(layout, columns, cluster_size, tile_body);
 }
 
 // kPacked: 16-bit dy and y in 8-byte packs stay packed (StridedFragment).
@@ -301,20 +317,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
                                     const int columns, const int cluster_size) {
   using acc_t = acc_type<scalar_t>;
   using Epi = Epilogue<acc_t>;
-  ColumnReduction<acc_t, strided_max_columns(sizeof(scalar_t))> reduction{columns * P, cluster_size};
-  if (cluster_size > 1) cluster_exchange_init(reduction);
-  unsigned round = 0;
-
   const RowIndexer<3>& outer = layout.outer;
-  const int tx = threadIdx.x % columns;
-  const int ty = threadIdx.x / columns;
-  const int rows_step = blockDim.x / columns;
-  const int64_t width = int64_t{columns} * P;
-  const StridedAxisWalk<kAxisPerThread, 3> walk(outer, rows_step, ty);
-  const ClusterRowLoop tiles{cluster_size};
-
-  for (int64_t tile = tiles.start(); tile < layout.tiles; tile += tiles.step()) {
-    const TileColumns<3> at(layout, tile, width, tx, P);
+  const auto tile_body = [&](const auto& at, const auto& walk, auto& reduction, unsigned& round) {
     const int valid = at.valid;
     StridedFragment<scalar_t, scalar_t, kAxisPerThread, P, kPacked> g, v;
     g.load(walk.start(dy + at.offset[0], outer, 0), layout.pitch[0], walk.count, valid, acc_t(0));
@@ -342,8 +346,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads)
           return epilogue[p](g.template at<1>(e, p), v.template at<1>(e, p));
         });
     }
-  }
-  if (cluster_size > 1) cluster_exchange_exit(round);
+  };
+  for_each_strided_tile<acc_t, scalar_t, P, kAxisPerThread>(layout, columns, cluster_size, tile_body);
 }
 
 }  // namespace softmax_ext::cuda
