@@ -17,6 +17,12 @@
 // its value for confident predictions. Ignored rows are written as zeros
 // without reading the logits.
 //
+// The fused forward (kGrad) runs the forward's row loop, then, in the same
+// block, the backward's row for an incoming gradient of 1, reading the
+// row's start from shared memory (staged by the same threads in the first
+// pass) and the rest again from global memory (L2); ce_grad_scale_kernel
+// is its backward.
+//
 // Out-of-range targets are a device-side assert, as in torch's own CUDA
 // nll_loss.
 
