@@ -70,7 +70,10 @@ def cases(device: str):
         ("cross_entropy, no grad", lambda: softmax_ext.cross_entropy(x, t), lambda: F.cross_entropy(x, t)),
         ("cross_entropy round trip (fused)", loss_round_trip(softmax_ext.cross_entropy),
          loss_round_trip(F.cross_entropy)),
-        ("cross_entropy round trip (two-op)", loss_round_trip(two_op), loss_round_trip(F.cross_entropy)),
+        ("cross_entropy round trip, none", loss_round_trip(lambda x_, t_: softmax_ext.cross_entropy(
+            x_, t_, reduction="none").sum()), loss_round_trip(lambda x_, t_: F.cross_entropy(
+                x_, t_, reduction="none").sum())),
+        ("forward op's registered formula", loss_round_trip(two_op), loss_round_trip(F.cross_entropy)),
     ]
 
 

@@ -14,11 +14,14 @@
   the backward only scales it in place by grad_loss
   (_cross_entropy_grad_scale_, no pass when grad_loss is 1). One read of the
   logits and one write of the gradient per step, against two reads and a
-  write. torch.compile, tensor subclasses, dispatch modes and functorch
-  transforms keep the two-op path, whose ops they trace; so do float16
-  logits, whose gradient a loss scaler (grad_loss >> 1) must scale before
-  its one rounding to 16 bits, and CUDA rows of more than 208 KB, whose
-  second read no longer comes from the chip (docs/cross_entropy.md).
+  write. Other differentiable eager calls take _TwoOpGrad (the forward op
+  and the registered formula in an autograd Function, the lighter host
+  path). torch.compile, tensor subclasses, dispatch modes and functorch
+  transforms call the forward op, whose formula they trace. Float16
+  logits keep the two-op path (a loss scaler's grad_loss >> 1 must scale
+  their gradient before its one rounding to 16 bits), and so do CUDA rows
+  of more than 208 KB, whose second read no longer comes from the chip
+  (docs/cross_entropy.md).
 - Fake kernels of every helper op (shapes, dtypes and strides as the C++
   bodies in csrc/cross_entropy/ops.cpp give them).
 """
@@ -124,23 +127,6 @@ _functorch_level = torch._C._functorch.peek_interpreter_stack
 _FUSED_MAX_CUDA_ROW_BYTES = 208 * 1024
 
 
-def _takes_fused_grad(rows, target, weight, reduction, inplace_backward):
-    """Whether the call takes the fused forward (_FusedGrad): a
-    differentiable eager call on plain tensors, mean or sum, not float16,
-    rows of at most 208 KB on CUDA."""
-    return (
-        reduction != "none"
-        and not inplace_backward
-        and rows.requires_grad
-        and torch.is_grad_enabled()
-        and rows.dtype != torch.float16
-        and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
-        and _eager_plain(rows, target, weight)
-        and _dispatch_modes() == 0
-        and _functorch_level() is None
-    )
-
-
 def _eager_plain(rows, target, weight):
     return (
         type(rows) is _Tensor
@@ -151,18 +137,34 @@ def _eager_plain(rows, target, weight):
     )
 
 
+def _fuses(rows, reduction, inplace_backward):
+    """Whether a differentiable eager call takes the fused forward: mean or
+    sum, not float16, rows of at most 208 KB on CUDA."""
+    return (
+        reduction != "none"
+        and not inplace_backward
+        and rows.dtype != torch.float16
+        and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
+    )
+
+
 def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward=False, acc_loss=False):
-    """The loss of (N, C) rows: the fused forward where it applies, else the
-    forward op with its autograd formula (through _C's direct entry point
-    for plain tensors in eager mode: no torch.ops argument parsing)."""
-    if _takes_fused_grad(rows, tgt, weight, reduction, inplace_backward):
-        return _FusedGrad.apply(rows, tgt, weight, ignore_index, reduction, label_smoothing, acc_loss)
+    """The loss of (N, C) rows. Plain tensors in eager mode go through _C's
+    direct entry point (no torch.ops argument parsing): without a gradient
+    to track, straight to the kernel; with one, through _FusedGrad or
+    _TwoOpGrad (autograd Functions here: less host time than the op's
+    registered formula). Everything else (torch.compile, subclasses,
+    dispatch modes, functorch) calls the forward op, whose registered
+    autograd formula they trace."""
+    args = (rows, tgt, weight, ignore_index, reduction, label_smoothing)
     if _eager_plain(rows, tgt, weight):
-        return _C._cross_entropy_rows(rows, tgt, weight, ignore_index, reduction, label_smoothing,
-                                      inplace_backward, acc_loss, False)
-    return _ops._cross_entropy_forward.default(
-        rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss
-    )[0]
+        if not (rows.requires_grad and torch.is_grad_enabled()):
+            return _C._cross_entropy_rows(*args, inplace_backward, acc_loss, 0)
+        if _dispatch_modes() == 0 and _functorch_level() is None:
+            if _fuses(rows, reduction, inplace_backward):
+                return _FusedGrad.apply(*args, acc_loss)
+            return _TwoOpGrad.apply(*args, inplace_backward, acc_loss)
+    return _ops._cross_entropy_forward.default(*args, inplace_backward, acc_loss)[0]
 
 
 class _FusedGrad(torch.autograd.Function):
@@ -174,7 +176,7 @@ class _FusedGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss):
         loss, lse, total, grad = _C._cross_entropy_rows(
-            logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss, True
+            logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss, 2
         )
         ctx.grad = grad
         ctx.args = (ignore_index, reduction, label_smoothing)
@@ -189,7 +191,7 @@ class _FusedGrad(torch.autograd.Function):
             grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
         else:
             ctx.grad = None
-            _ops._cross_entropy_grad_scale_.default(grad, grad_loss)
+            _C._cross_entropy_grad_scale(grad, grad_loss)
         return grad, None, None, None, None, None, None
 
 
@@ -282,6 +284,24 @@ def _backward(ctx, grad_loss, _grad_lse, _grad_total):
 
 
 torch.library.register_autograd("softmax_ext::_cross_entropy_forward", _backward, setup_context=_setup)
+
+
+class _TwoOpGrad(torch.autograd.Function):
+    """The forward op and the registered formula (_setup, _backward) for
+    differentiable eager calls the fused forward does not take."""
+
+    @staticmethod
+    def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
+        out = _C._cross_entropy_rows(
+            logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss, 1
+        )
+        _setup(ctx, (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss),
+               out)
+        return out[0]
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        return _backward(ctx, grad_loss, None, None)
 
 
 def cross_entropy(

@@ -12,6 +12,8 @@
 #include "python/fast_calls.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
@@ -149,9 +151,10 @@ PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 }
 
 // (logits (N, C), target (N), weight or None, ignore_index, reduction,
-// label_smoothing, inplace_backward, acc_loss, fused) -> the loss, or with
-// fused the tuple (loss, lse, total_weight, grad) of the fused forward:
-// softmax_ext/_cross_entropy.py's rows_loss for plain tensors in eager mode.
+// label_smoothing, inplace_backward, acc_loss, mode) -> mode 0: the loss;
+// 1: the forward's (loss, lse, total_weight); 2: the fused forward's
+// (loss, lse, total_weight, grad). softmax_ext/_cross_entropy.py's
+// rows_loss and its autograd Functions, for plain tensors in eager mode.
 // The arguments come from that module (validated there), not from users.
 PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
@@ -168,13 +171,22 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
   if (smoothing == -1.0 && PyErr_Occurred()) return nullptr;
   const bool inplace = PyObject_IsTrue(args[6]) == 1;
   const bool acc_loss = PyObject_IsTrue(args[7]) == 1;
-  const bool fused = PyObject_IsTrue(args[8]) == 1;
+  int64_t mode = 0;
+  if (!int_arg(op, "mode", args[8], mode)) return nullptr;
   const at::Tensor& logits = THPVariable_Unpack(args[0]);
   const at::Tensor& target = THPVariable_Unpack(args[1]);
   std::optional<at::Tensor> weight;
   if (args[2] != Py_None) weight = THPVariable_Unpack(args[2]);
   const c10::string_view red(reduction, static_cast<size_t>(length));
-  if (fused) {
+  // A call no gradient can flow from (grad mode off, or no input requiring
+  // grad: every no-grad call, and the fused forward inside its
+  // autograd.Function) goes straight to the device kernel: the op's autograd
+  // kernel (Python, torch.library.register_autograd) would only pass it on.
+  const bool track = c10::GradMode::is_enabled() &&
+                     (logits.requires_grad() || (weight.has_value() && weight->requires_grad()));
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+  if (!track) below_autograd.emplace();
+  if (mode == 2) {
     using Sig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
         const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, int64_t, c10::string_view, double,
         bool);
@@ -190,12 +202,32 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
                                                              const std::optional<at::Tensor>&, int64_t,
                                                              c10::string_view, double, bool, bool);
   static const auto handle = find_op<Sig>("softmax_ext::_cross_entropy_forward");
-  at::Tensor loss;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> out;
   {
     pybind11::gil_scoped_release no_gil;
-    loss = std::get<0>(handle.call(logits, target, weight, ignore_index, red, smoothing, inplace, acc_loss));
+    out = handle.call(logits, target, weight, ignore_index, red, smoothing, inplace, acc_loss);
   }
-  return THPVariable_Wrap(std::move(loss));
+  if (mode == 1) return pybind11::cast(std::move(out)).release().ptr();
+  return THPVariable_Wrap(std::move(std::get<0>(out)));
+  END_HANDLE_TH_ERRORS
+}
+
+// (grad, grad_loss) -> None: the fused forward's backward (grad *= grad_loss
+// in place), called by softmax_ext/_cross_entropy.py's _FusedGrad.
+PyObject* cross_entropy_grad_scale(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* op = "softmax_ext._cross_entropy_grad_scale_";
+  if (!arg_count(op, nargs, 2) || !tensor_arg(op, "grad", args[0]) || !tensor_arg(op, "grad_loss", args[1]))
+    return nullptr;
+  using Sig = void(at::Tensor&, const at::Tensor&);
+  static const auto handle = find_op<Sig>("softmax_ext::_cross_entropy_grad_scale_");
+  at::Tensor grad = THPVariable_Unpack(args[0]);
+  const at::Tensor& grad_loss = THPVariable_Unpack(args[1]);
+  {
+    pybind11::gil_scoped_release no_gil;
+    handle.call(grad, grad_loss);
+  }
+  Py_RETURN_NONE;
   END_HANDLE_TH_ERRORS
 }
 
@@ -214,6 +246,9 @@ PyMethodDef kMethods[] = {
      "log_softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
     {"_cross_entropy_rows", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_rows)),
      METH_FASTCALL, "the cross-entropy forward (or fused forward) of (N, C) rows through the dispatcher"},
+    {"_cross_entropy_grad_scale",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_grad_scale)), METH_FASTCALL,
+     "grad *= grad_loss in place (the fused cross-entropy forward's backward) through the dispatcher"},
     {nullptr, nullptr, 0, nullptr},
 };
 
