@@ -21,7 +21,10 @@
   logits keep the two-op path (a loss scaler's grad_loss >> 1 must scale
   their gradient before its one rounding to 16 bits), and so do CUDA rows
   of more than 208 KB, whose second read no longer comes from the chip
-  (docs/cross_entropy.md).
+  (docs/cross_entropy.md), and every call while the latest backward had
+  a grad_loss other than 1 (the backward kernels record it on the device,
+  read by the host without a synchronisation: a loss divided before
+  backward() takes the two-op path from the next step on).
 - Fake kernels of every helper op (shapes, dtypes and strides as the C++
   bodies in csrc/cross_entropy/ops.cpp give them).
 """
@@ -139,12 +142,16 @@ def _eager_plain(rows, target, weight):
 
 def _fuses(rows, reduction, inplace_backward):
     """Whether a differentiable eager call takes the fused forward: mean or
-    sum, not float16, rows of at most 208 KB on CUDA."""
+    sum, not float16, rows of at most 208 KB on CUDA, and the latest such
+    backward on the device type had an incoming gradient of 1 (a loss
+    divided before backward(), as in gradient accumulation, would cost the
+    fused path a scaling pass more than the two-op path costs)."""
     return (
         reduction != "none"
         and not inplace_backward
         and rows.dtype != torch.float16
         and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
+        and _C._cross_entropy_grad_was_one(rows.is_cuda)
     )
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import softmax_ext
 from conftest import DEVICES, requires_cuda
+from softmax_ext import _C
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 # Loss and gradient tolerances (relative to the largest reference value):
@@ -303,6 +304,7 @@ def test_fused_forward_grad(device, dtype):
                           weight=cfg.get("weight", False))
         smoothing = cfg.get("label_smoothing", 0.0)
         xf = x.clone().requires_grad_(True)
+        _C._cross_entropy_set_grad_was_one(device == "cuda", True)  # (the 2.5 below clears it)
         loss = softmax_ext.cross_entropy(xf, t, w, -100, reduction, smoothing)
         fused = type(loss.grad_fn).__name__.startswith("_FusedGrad")
         assert fused == (dtype != torch.float16), type(loss.grad_fn).__name__
@@ -324,6 +326,33 @@ def test_fused_forward_grad(device, dtype):
         assert softmax_ext.cross_entropy(x.clone().requires_grad_(True), t).grad_fn is None
     xn = x.clone().requires_grad_(True)
     assert not type(softmax_ext.cross_entropy(xn, t, reduction="none").grad_fn).__name__.startswith("_FusedGrad")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_forward_follows_the_incoming_gradient(device):
+    """A backward whose incoming gradient is not 1 (a loss divided before
+    backward()) turns the fused forward off for the calls after it, and one
+    of 1 turns it back on; the values are right on either path."""
+    cuda = device == "cuda"
+    x, t, _ = _inputs(6, 301, torch.float32, device, seed=50)
+    x64, ref = _reference(x, t, None, "mean", 0.0)
+    ref.backward()
+
+    def step(scale):
+        xf = x.clone().requires_grad_(True)
+        loss = softmax_ext.cross_entropy(xf, t)
+        (loss * scale).backward()
+        if cuda:
+            torch.cuda.synchronize()  # the flag is written by the backward kernel
+        _assert_close(xf.grad, x64.grad * scale, torch.float32, f"grad x {scale}")
+        return type(loss.grad_fn).__name__
+
+    _C._cross_entropy_set_grad_was_one(cuda, True)
+    assert step(0.25) == "_FusedGradBackward"
+    assert step(0.25) == "_TwoOpGradBackward"
+    assert step(1.0) == "_TwoOpGradBackward"
+    assert step(1.0) == "_FusedGradBackward"
+    assert _C._cross_entropy_grad_was_one(cuda)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -276,6 +276,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   const acc_t* g = static_cast<const acc_t*>(b.grad_loss);
   acc_t scalar_scale = p.reduction == Reduction::None ? acc_t(0) : g[0];
   if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
+  if (p.reduction != Reduction::None && b.grad_one != nullptr) *static_cast<int*>(b.grad_one) = g[0] == acc_t(1);
   std::atomic<bool> bad{false};
   std::atomic<int64_t> bad_value{0};
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(C, 1)));

@@ -203,9 +203,11 @@ void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
 #endif
   if (grad.is_cuda()) {
     grad.mul_(g);  // (a view of other layout: torch's kernel, always one pass)
-  } else if (g.item<double>() != 1.0) {
-    grad.mul_(g);
+    return;
   }
+  const bool one = g.item<double>() == 1.0;
+  set_grad_was_one(false, one);
+  if (!one) grad.mul_(g);
 }
 
 // Shared by the out-of-place and in-place backward: `grad` is where the
@@ -249,6 +251,7 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
   b.total_weight = const_cast<void*>(total_weight.const_data_ptr());
   b.grad_loss = g.const_data_ptr();
   b.grad = grad.mutable_data_ptr();
+  if (reduction != Reduction::None) b.grad_one = grad_one_flag(x.is_cuda());
   const std::string why = can_implement_ce(plan, b, true);
   TORCH_CHECK_VALUE(why.empty(), op, ": ", why);
   run_ce_backward(plan, b);

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <sstream>
 
@@ -146,6 +147,33 @@ void run_ce_backward(const CePlan& plan, const CeBuffers& buffers) {
   int64_t bad = 0;
   TORCH_CHECK_INDEX(cpu_backward(plan, buffers, bad), "softmax_ext.cross_entropy backward: target ", bad,
                     " is out of bounds for ", plan.problem.classes, " classes");
+}
+
+namespace {
+int cpu_grad_one = 1;
+std::atomic<bool> cuda_flag_ready{false};
+}  // namespace
+
+int* grad_one_flag(bool cuda) {
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (cuda) {
+    int* flag = cuda_grad_one_flag();  // null while a graph is being captured
+    if (flag != nullptr) cuda_flag_ready.store(true);
+    return flag;
+  }
+#endif
+  (void)cuda;
+  return &cpu_grad_one;
+}
+
+bool grad_was_one(bool cuda) {
+  if (cuda && !cuda_flag_ready.load()) return true;  // no CUDA backward yet
+  const int* flag = grad_one_flag(cuda);
+  return flag == nullptr || *static_cast<const volatile int*>(flag) != 0;
+}
+
+void set_grad_was_one(bool cuda, bool value) {
+  if (int* flag = grad_one_flag(cuda)) *static_cast<volatile int*>(flag) = value ? 1 : 0;
 }
 
 }  // namespace softmax_ext::ce

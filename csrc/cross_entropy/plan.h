@@ -89,6 +89,7 @@ struct CeBuffers {
   void* total_weight = nullptr;
   const void* grad_loss = nullptr;
   void* grad = nullptr;
+  void* grad_one = nullptr;  // backward, mean / sum: grad_one_flag() of the device
 };
 
 CePlan select_ce(const CeProblem& problem, bool backward);
@@ -97,6 +98,16 @@ std::string can_implement_ce(const CePlan& plan, const CeBuffers& buffers, bool 
 int64_t workspace_size_ce(const CePlan& plan, bool backward);
 void run_ce_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace);
 void run_ce_backward(const CePlan& plan, const CeBuffers& buffers);
+
+// Whether the latest mean / sum backward on a device type had grad_loss 1,
+// the case the fused forward is for (a gradient of another value costs it a
+// pass more than the two-op path). The backward kernels write it as they
+// read grad_loss: no host synchronisation; the host reads the value of a
+// step or so ago. 1 until a backward says otherwise. On CUDA a pinned int
+// mapped into the devices, allocated by the first CUDA backward.
+bool grad_was_one(bool cuda);
+void set_grad_was_one(bool cuda, bool value);
+int* grad_one_flag(bool cuda);
 
 // Device kernels (cpu_kernels.cpp / cuda_kernels.cu). The CPU forward
 // reports the first out-of-range target through `bad_target` (its value)
@@ -109,6 +120,7 @@ void cuda_backward(const CePlan& plan, const CeBuffers& buffers);
 // grad (n contiguous, 16-byte aligned elements of dtype) *= *grad_loss (acc
 // dtype, on the device), skipped on the device when it is 1.
 void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss);
+int* cuda_grad_one_flag();
 #endif
 
 }  // namespace softmax_ext::ce

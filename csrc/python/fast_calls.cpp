@@ -11,6 +11,8 @@
 
 #include "python/fast_calls.h"
 
+#include "cross_entropy/plan.h"
+
 #include <ATen/autocast_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/GradMode.h>
@@ -231,6 +233,25 @@ PyObject* cross_entropy_grad_scale(PyObject* /*module*/, PyObject* const* args, 
   END_HANDLE_TH_ERRORS
 }
 
+// (cuda) -> bool: whether the latest mean / sum cross-entropy backward on
+// that device type had grad_loss 1 (cross_entropy/plan.h, grad_was_one).
+PyObject* cross_entropy_grad_was_one(PyObject* /*module*/, PyObject* arg) {
+  HANDLE_TH_ERRORS
+  if (softmax_ext::ce::grad_was_one(PyObject_IsTrue(arg) == 1)) Py_RETURN_TRUE;
+  Py_RETURN_FALSE;
+  END_HANDLE_TH_ERRORS
+}
+
+// (cuda, value) -> None: sets that flag (tests, and a caller that knows
+// its gradient).
+PyObject* cross_entropy_set_grad_was_one(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (!arg_count("softmax_ext._cross_entropy_set_grad_was_one", nargs, 2)) return nullptr;
+  softmax_ext::ce::set_grad_was_one(PyObject_IsTrue(args[0]) == 1, PyObject_IsTrue(args[1]) == 1);
+  Py_RETURN_NONE;
+  END_HANDLE_TH_ERRORS
+}
+
 PyMethodDef kMethods[] = {
     {"_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&forward<false>)), METH_FASTCALL,
      "softmax(x, dim, dtype) through the dispatcher (eager fast path of softmax_ext.softmax)"},
@@ -249,6 +270,11 @@ PyMethodDef kMethods[] = {
     {"_cross_entropy_grad_scale",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_grad_scale)), METH_FASTCALL,
      "grad *= grad_loss in place (the fused cross-entropy forward's backward) through the dispatcher"},
+    {"_cross_entropy_grad_was_one", &cross_entropy_grad_was_one, METH_O,
+     "whether the latest mean / sum cross-entropy backward on CUDA (True) or CPU (False) had grad_loss 1"},
+    {"_cross_entropy_set_grad_was_one",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_set_grad_was_one)), METH_FASTCALL,
+     "sets that flag: (cuda, value)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -36,6 +36,9 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/macros/Macros.h>
 
+#include <atomic>
+#include <mutex>
+
 namespace softmax_ext::ce {
 namespace {
 
@@ -356,6 +359,7 @@ struct BackwardArgs {
   const acc_t* grad_loss;
   const acc_t* lse;
   const acc_t* total_weight;
+  int* grad_one;  // mean / sum: set to whether grad_loss is 1 (grad_one_flag)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
   acc_t eps, eps_c;
   bool none, mean;
@@ -366,6 +370,7 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
   using acc_t = acc_type<T>;
   acc_t scale = 0;
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
+  if (!a.none && a.grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *a.grad_one = a.grad_loss[0] == acc_t(1);
   const acc_t W = kWeighted ? (a.weight_sum != nullptr ? *a.weight_sum : acc_t(0)) : static_cast<acc_t>(a.classes);
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
     const int64_t t = load_target(a.target64, a.target32, row);
@@ -388,10 +393,12 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
 // step makes no pass over the gradient and the host never waits for the
 // value.
 template <typename T>
-__global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const acc_type<T>* grad_loss) {
+__global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const acc_type<T>* grad_loss,
+                                                             int* grad_one) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   const acc_t s = *grad_loss;
+  if (grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *grad_one = s == acc_t(1);
   if (s == acc_t(1)) return;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
   const int64_t first = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -500,6 +507,7 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     a.grad_row_stride = p.grad_row_stride;
     a.none = p.reduction == Reduction::None;
     a.mean = p.reduction == Reduction::Mean;
+    a.grad_one = static_cast<int*>(b.grad_one);
     dispatch_threads(plan.threads, [&](auto threads) {
       cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
         ce_backward_kernel<T, decltype(threads)::value, decltype(weighted)::value>
@@ -508,6 +516,27 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
       });
     });
   });
+}
+
+int* cuda_grad_one_flag() {
+  // Pinned host memory mapped into every device (UVA: one address for both):
+  // the kernels write it, the host reads it without synchronising. Not
+  // allocated while the stream is being captured into a CUDA graph (null:
+  // nothing is recorded).
+  static std::atomic<int*> flag{nullptr};
+  static std::mutex mutex;
+  if (int* f = flag.load()) return f;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(), &status));
+  if (status != cudaStreamCaptureStatusNone) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (flag.load() == nullptr) {
+    void* p = nullptr;
+    C10_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    *static_cast<volatile int*>(p) = 1;
+    flag.store(static_cast<int*>(p));
+  }
+  return flag.load();
 }
 
 void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss) {
@@ -519,7 +548,7 @@ void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, c
     // a grid-stride loop: 2048 blocks keep every SM of a current GPU busy
     const int64_t blocks = std::min<int64_t>((n / kPack<T> + kThreads - 1) / kThreads + 1, 2048);
     ce_grad_scale_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<T*>(grad), n, static_cast<const acc_type<T>*>(grad_loss));
+        static_cast<T*>(grad), n, static_cast<const acc_type<T>*>(grad_loss), cuda_grad_one_flag());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
