@@ -520,19 +520,36 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
 
 int* cuda_grad_one_flag() {
   // Pinned host memory mapped into every device (UVA: one address for both):
-  // the kernels write it, the host reads it without synchronising. Not
-  // allocated while the stream is being captured into a CUDA graph (null:
-  // nothing is recorded).
+  // the kernels write it, the host reads it without synchronising. Null
+  // (nothing is recorded, the fused forward stays on) while the stream is
+  // being captured into a CUDA graph, and for good if the memory cannot be
+  // had or its device address is not its host address.
   static std::atomic<int*> flag{nullptr};
+  static std::atomic<bool> unavailable{false};
   static std::mutex mutex;
   if (int* f = flag.load()) return f;
+  if (unavailable.load()) return nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(), &status));
-  if (status != cudaStreamCaptureStatusNone) return nullptr;
+  if (cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(), &status) != cudaSuccess ||
+      status != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
   std::lock_guard<std::mutex> lock(mutex);
-  if (flag.load() == nullptr) {
+  if (flag.load() == nullptr && !unavailable.load()) {
     void* p = nullptr;
-    C10_CUDA_CHECK(cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    void* device = nullptr;
+    if (cudaHostAlloc(&p, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      (void)cudaGetLastError();
+      unavailable.store(true);
+      return nullptr;
+    }
+    if (cudaHostGetDevicePointer(&device, p, 0) != cudaSuccess || device != p) {
+      (void)cudaGetLastError();
+      (void)cudaFreeHost(p);
+      unavailable.store(true);
+      return nullptr;
+    }
     *static_cast<volatile int*>(p) = 1;
     flag.store(static_cast<int*>(p));
   }
