@@ -106,7 +106,10 @@ def _cross_entropy(
     label_smoothing: float = 0.0,
     inplace_backward: bool = False,
 ) -> torch.Tensor:
-    classes = _check(logits, target, weight, reduction, label_smoothing)
+    plain = _eager_plain(logits, target, weight)
+    classes = _C._cross_entropy_valid(logits, target, weight, reduction, label_smoothing) if plain else None
+    if classes is None:  # not plain, or not valid: the check with its errors
+        classes = _check(logits, target, weight, reduction, label_smoothing)
     if logits.dim() == 1:
         rows, tgt = logits.unsqueeze(0), target.reshape(1)
     elif logits.dim() == 2:
@@ -114,7 +117,8 @@ def _cross_entropy(
     else:  # (N, C, d...): the class axis last, then rows of C
         rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)
         inplace_backward = False  # the rows are a copy; nothing to save
-    loss = rows_loss(rows, tgt, weight, ignore_index, reduction, float(label_smoothing), inplace_backward)
+    loss = rows_loss(rows, tgt, weight, ignore_index, reduction, float(label_smoothing), inplace_backward,
+                     plain=plain)
     if reduction == "none" and logits.dim() != 2:
         loss = loss.reshape(target.shape)
     return loss
@@ -155,7 +159,8 @@ def _fuses(rows, reduction, inplace_backward):
     )
 
 
-def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward=False, acc_loss=False):
+def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inplace_backward=False, acc_loss=False,
+              plain=None):
     """The loss of (N, C) rows. Plain tensors in eager mode go through _C's
     direct entry point (no torch.ops argument parsing): without a gradient
     to track, straight to the kernel; with one, through _FusedGrad or
@@ -164,7 +169,9 @@ def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inpla
     dispatch modes, functorch) calls the forward op, whose registered
     autograd formula they trace."""
     args = (rows, tgt, weight, ignore_index, reduction, label_smoothing)
-    if _eager_plain(rows, tgt, weight):
+    if plain is None:
+        plain = _eager_plain(rows, tgt, weight)
+    if plain:
         if not (rows.requires_grad and torch.is_grad_enabled()):
             return _C._cross_entropy_rows(*args, inplace_backward, acc_loss, 0)
         if _dispatch_modes() == 0 and _functorch_level() is None:

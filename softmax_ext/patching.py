@@ -105,26 +105,41 @@ def _forward_routes(name: str, original: Callable, ours: Callable, fast: Callabl
     return routed
 
 
+def _cross_entropy_serves(input, target, weight, size_average, reduce, reduction) -> bool:
+    """True for the F.cross_entropy calls softmax_ext's cross_entropy takes:
+    plain tensors of a floating dtype on CPU or CUDA, int64 class targets,
+    no legacy size_average / reduce, a known reduction, and not under
+    autocast (which computes torch's cross_entropy in float32 and returns a
+    float32 loss). _C._route_cross_entropy is the same rules in one C call."""
+    return (
+        size_average is None
+        and reduce is None
+        and type(input) in _PLAIN
+        and type(target) in _PLAIN
+        and input.dtype in _FLOATING
+        and input.device.type in _DEVICES
+        and input.layout == torch.strided
+        and target.dtype == torch.int64
+        and target.dim() == max(input.dim() - 1, 0)
+        and (weight is None or type(weight) in _PLAIN)
+        and reduction in ("mean", "sum", "none")
+        and not torch.is_autocast_enabled(input.device.type)
+    )
+
+
 def _cross_entropy_route(original: Callable):
+    """F.cross_entropy: an eager call outside torch function modes asks
+    _C._route_cross_entropy, torch.compile and function modes the Python
+    rules (_cross_entropy_serves)."""
+
     @functools.wraps(original)
     def routed(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                reduction="mean", label_smoothing=0.0):
-        if (
-            size_average is None
-            and reduce is None
-            and type(input) is torch.Tensor
-            and type(target) is torch.Tensor
-            and input.dtype in _FLOATING
-            and input.device.type in _DEVICES
-            and input.layout == torch.strided
-            and target.dtype == torch.int64
-            and target.dim() == max(input.dim() - 1, 0)
-            and (weight is None or type(weight) is torch.Tensor)
-            and reduction in ("mean", "sum", "none")
-            # autocast computes torch's cross_entropy in float32 and returns a
-            # float32 loss: calls under autocast stay with torch
-            and not torch.is_autocast_enabled(input.device.type)
-        ):
+        if not _is_compiling() and not _torch_function_mode():
+            serves = _C._route_cross_entropy(input, target, weight, size_average, reduce, reduction)
+        else:
+            serves = _cross_entropy_serves(input, target, weight, size_average, reduce, reduction)
+        if serves:
             return cross_entropy(input, target, weight, ignore_index, reduction, float(label_smoothing))
         return original(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
 

@@ -233,6 +233,73 @@ PyObject* cross_entropy_grad_scale(PyObject* /*module*/, PyObject* const* args, 
   END_HANDLE_TH_ERRORS
 }
 
+// (logits, target, weight or None, reduction, label_smoothing) -> the class
+// count when the call is valid as softmax_ext/_cross_entropy.py's _check
+// would find it, else None (and _check then raises its error): the eager
+// fast path of that check, for plain tensors.
+PyObject* cross_entropy_valid(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 5 || !THPVariable_CheckExact(args[0]) || !THPVariable_CheckExact(args[1]) ||
+      !(args[2] == Py_None || THPVariable_CheckExact(args[2])) || !PyUnicode_Check(args[3]) ||
+      !(PyFloat_CheckExact(args[4]) || PyLong_CheckExact(args[4])))
+    Py_RETURN_NONE;
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  const at::Tensor& t = THPVariable_Unpack(args[1]);
+  if (!floating(x.scalar_type()) || (t.scalar_type() != c10::kLong && t.scalar_type() != c10::kInt) ||
+      t.device() != x.device() || x.dim() == 0)
+    Py_RETURN_NONE;
+  const char* reduction = PyUnicode_AsUTF8(args[3]);
+  if (reduction == nullptr) return nullptr;
+  const c10::string_view r(reduction);
+  if (r != "mean" && r != "sum" && r != "none") Py_RETURN_NONE;
+  const double smoothing = PyFloat_AsDouble(args[4]);
+  if (smoothing == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  if (!(smoothing >= 0.0 && smoothing <= 1.0)) Py_RETURN_NONE;
+  if (x.dim() == 1) {
+    if (t.dim() != 0) Py_RETURN_NONE;
+  } else {
+    if (t.dim() != x.dim() - 1 || t.size(0) != x.size(0)) Py_RETURN_NONE;
+    for (int64_t d = 2; d < x.dim(); ++d)
+      if (t.size(d - 1) != x.size(d)) Py_RETURN_NONE;
+  }
+  const int64_t classes = x.dim() == 1 ? x.size(0) : x.size(1);
+  if (args[2] != Py_None) {
+    const at::Tensor& w = THPVariable_Unpack(args[2]);
+    if (w.dim() != 1 || w.size(0) != classes || w.device() != x.device()) Py_RETURN_NONE;
+  }
+  return PyLong_FromLongLong(classes);
+  END_HANDLE_TH_ERRORS
+}
+
+// (input, target, weight, size_average, reduce, reduction) -> bool: whether
+// softmax_ext.patch() routes this F.cross_entropy call to softmax_ext (the
+// rules of softmax_ext/patching.py's _cross_entropy_route in one C call).
+PyObject* route_cross_entropy(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 6 || !THPVariable_CheckExact(args[0]) || !THPVariable_CheckExact(args[1]) ||
+      !(args[2] == Py_None || THPVariable_CheckExact(args[2])) || args[3] != Py_None || args[4] != Py_None ||
+      !PyUnicode_Check(args[5]))
+    Py_RETURN_FALSE;
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  const at::Tensor& t = THPVariable_Unpack(args[1]);
+  const c10::DeviceType device = x.device().type();
+  if ((device != c10::kCPU && device != c10::kCUDA) || x.layout() != c10::kStrided || !floating(x.scalar_type()) ||
+      t.scalar_type() != c10::kLong || t.dim() != std::max<int64_t>(x.dim() - 1, 0))
+    Py_RETURN_FALSE;
+  // autocast computes torch's cross_entropy in float32 and returns a float32
+  // loss: calls under autocast stay with torch
+  if (at::autocast::is_autocast_enabled(device)) Py_RETURN_FALSE;
+  const char* reduction = PyUnicode_AsUTF8(args[5]);
+  if (reduction == nullptr) return nullptr;
+  const c10::string_view r(reduction);
+  if (r != "mean" && r != "sum" && r != "none") Py_RETURN_FALSE;
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
+}
+
 // (cuda) -> bool: whether the latest mean / sum cross-entropy backward on
 // that device type had grad_loss 1 (cross_entropy/plan.h, grad_was_one).
 PyObject* cross_entropy_grad_was_one(PyObject* /*module*/, PyObject* arg) {
@@ -270,6 +337,10 @@ PyMethodDef kMethods[] = {
     {"_cross_entropy_grad_scale",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_grad_scale)), METH_FASTCALL,
      "grad *= grad_loss in place (the fused cross-entropy forward's backward) through the dispatcher"},
+    {"_cross_entropy_valid", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_valid)),
+     METH_FASTCALL, "the class count of a valid cross_entropy call on plain tensors, else None"},
+    {"_route_cross_entropy", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&route_cross_entropy)),
+     METH_FASTCALL, "whether softmax_ext.patch() routes this F.cross_entropy call to softmax_ext"},
     {"_cross_entropy_grad_was_one", &cross_entropy_grad_was_one, METH_O,
      "whether the latest mean / sum cross-entropy backward on CUDA (True) or CPU (False) had grad_loss 1"},
     {"_cross_entropy_set_grad_was_one",
