@@ -187,6 +187,36 @@ def test_deterministic():
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
+def test_fast_checks_agree_with_python_rules():
+    """_C._cross_entropy_valid (the eager check) accepts exactly the calls
+    _check accepts, with the same class count, and _C._route_cross_entropy
+    (patch()'s eager rules) answers as _cross_entropy_serves."""
+    from softmax_ext import _cross_entropy as ce_mod
+    from softmax_ext import patching
+
+    x, t, _ = _inputs(4, 5, torch.float32, "cpu", seed=11)
+    x3 = torch.randn(4, 5, 3)
+    t3 = torch.randint(0, 5, (4, 3))
+    cases = [
+        (x, t, None, "mean", 0.0), (x, t.int(), torch.ones(5), "none", 0.5), (x3, t3, None, "sum", 1),
+        (x[0], t[0], None, "mean", 0.0), (x, t[:3], None, "mean", 0.0), (x, t, torch.ones(4), "mean", 0.0),
+        (x, t, None, "avg", 0.0), (x, t, None, "mean", 1.5), (x, t, None, "mean", float("nan")),
+        (x, x, None, "mean", 0.0), (x.int(), t, None, "mean", 0.0), (x[0], t, None, "mean", 0.0),
+        (x[0, 0], t[0], None, "mean", 0.0), (x3, t, None, "mean", 0.0), (x, t, None, "mean", -0.1),
+        (x.half(), t, None, "sum", 0.0), (x.double(), t, torch.ones(5, 1), "mean", 0.0),
+    ]
+    for logits, target, weight, reduction, smoothing in cases:
+        fast = _C._cross_entropy_valid(logits, target, weight, reduction, smoothing)
+        try:
+            slow = ce_mod._check(logits, target, weight, reduction, smoothing)
+        except (ValueError, NotImplementedError, TypeError):
+            slow = None
+        assert fast == slow, (tuple(logits.shape), tuple(target.shape), reduction, smoothing, fast, slow)
+        for size_average, reduce in ((None, None), (True, None), (None, False)):
+            routed = _C._route_cross_entropy(logits, target, weight, size_average, reduce, reduction)
+            assert routed == patching._cross_entropy_serves(logits, target, weight, size_average, reduce, reduction)
+
+
 def test_errors():
     x, t, _ = _inputs(4, 5, torch.float32, "cpu", seed=11)
     ce = softmax_ext.cross_entropy
