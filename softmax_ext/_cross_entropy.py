@@ -34,6 +34,7 @@ from typing import Optional
 import torch
 
 from . import _C
+from ._ops import _Tensor, _is_compiling, _torch_function_mode
 
 _ops = torch.ops.softmax_ext
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -124,9 +125,6 @@ def _cross_entropy(
     return loss
 
 
-_Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
-_torch_function_mode = torch._C._is_torch_function_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_level = torch._C._functorch.peek_interpreter_stack
 
@@ -175,38 +173,9 @@ def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inpla
         if not (rows.requires_grad and torch.is_grad_enabled()):
             return _C._cross_entropy_rows(*args, inplace_backward, acc_loss, 0)
         if _dispatch_modes() == 0 and _functorch_level() is None:
-            if _fuses(rows, reduction, inplace_backward):
-                return _FusedGrad.apply(*args, acc_loss)
-            return _TwoOpGrad.apply(*args, inplace_backward, acc_loss)
+            fn = _FusedGrad if _fuses(rows, reduction, inplace_backward) else _TwoOpGrad
+            return fn.apply(*args, inplace_backward, acc_loss)
     return _ops._cross_entropy_forward.default(*args, inplace_backward, acc_loss)[0]
-
-
-class _FusedGrad(torch.autograd.Function):
-    """The fused forward under autograd: the gradient written in the forward
-    (grad_loss = 1), scaled in place by the backward. A second backward
-    through the same graph (retain_graph=True) gets the two-op backward from
-    the saved logits and lse, as the gradient buffer was handed out."""
-
-    @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, acc_loss):
-        loss, lse, total, grad = _C._cross_entropy_rows(
-            logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss, 2
-        )
-        ctx.grad = grad
-        ctx.args = (ignore_index, reduction, label_smoothing)
-        ctx.save_for_backward(logits, target, weight, lse, total)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grad = ctx.grad
-        if grad is None:
-            logits, target, weight, lse, total = ctx.saved_tensors
-            grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
-        else:
-            ctx.grad = None
-            _C._cross_entropy_grad_scale(grad, grad_loss)
-        return grad, None, None, None, None, None, None
 
 
 def _composite(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -306,16 +275,38 @@ class _TwoOpGrad(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
-        out = _C._cross_entropy_rows(
-            logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss, 1
-        )
-        _setup(ctx, (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss),
-               out)
+        inputs = (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss)
+        out = _C._cross_entropy_rows(*inputs, 1)
+        _setup(ctx, inputs, out)
         return out[0]
 
     @staticmethod
     def backward(ctx, grad_loss):
         return _backward(ctx, grad_loss, None, None)
+
+
+class _FusedGrad(torch.autograd.Function):
+    """The fused forward under autograd (mean / sum, never in place): the
+    gradient written in the forward (grad_loss = 1), scaled in place by the
+    backward. A second backward through the same graph (retain_graph=True)
+    takes the registered formula from the saved logits and lse, as the
+    gradient buffer was handed out."""
+
+    @staticmethod
+    def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
+        inputs = (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss)
+        loss, lse, total, ctx.grad = _C._cross_entropy_rows(*inputs, 2)
+        _setup(ctx, inputs, (loss, lse, total))
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad = ctx.grad
+        if grad is None:
+            return _backward(ctx, grad_loss, None, None)
+        ctx.grad = None
+        _C._cross_entropy_grad_scale(grad, grad_loss)
+        return (grad,) + (None,) * 7
 
 
 def cross_entropy(

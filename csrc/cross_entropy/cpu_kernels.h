@@ -204,11 +204,11 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const bool none = p.reduction == Reduction::None;
   acc_t* row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
   T* loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
-  // The fused forward's gradient rows (grad_loss = 1), scaled by 1 / the
-  // total weight for mean: that sum comes first.
+  // The total weight of the non-ignored targets first: the fused forward's
+  // gradient rows (grad_loss = 1) of a mean are scaled by its inverse.
+  const acc_t total = total_weight(p, b.target, w);
   T* grad = p.fused_grad ? static_cast<T*>(b.grad) : nullptr;
-  acc_t grad_scale = 1;
-  if (grad != nullptr && p.reduction == Reduction::Mean) grad_scale = acc_t(1) / total_weight(p, b.target, w);
+  const acc_t grad_scale = p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1);
   std::atomic<bool> bad{false};
   std::atomic<int64_t> bad_value{0};
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
@@ -247,11 +247,10 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
     bad_target = bad_value;
     return false;
   }
-  // The fixed-order tail: total weight of the non-ignored targets, and the sum.
+  // The fixed-order tail: the sum of the per-row losses.
   acc_t sum = 0;
   if (!none)
     for (int64_t r = 0; r < p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
-  const acc_t total = total_weight(p, b.target, w);
   *static_cast<acc_t*>(b.total_weight) = total;
   if (!none) {
     const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;

@@ -233,6 +233,15 @@ PyObject* cross_entropy_grad_scale(PyObject* /*module*/, PyObject* const* args, 
   END_HANDLE_TH_ERRORS
 }
 
+// 1 when the str `reduction` is "mean", "sum" or "none", 0 when it is
+// another, -1 with a Python error set.
+int known_reduction(PyObject* reduction) {
+  const char* text = PyUnicode_AsUTF8(reduction);
+  if (text == nullptr) return -1;
+  const c10::string_view r(text);
+  return r == "mean" || r == "sum" || r == "none" ? 1 : 0;
+}
+
 // (logits, target, weight or None, reduction, label_smoothing) -> the class
 // count when the call is valid as softmax_ext/_cross_entropy.py's _check
 // would find it, else None (and _check then raises its error): the eager
@@ -248,10 +257,9 @@ PyObject* cross_entropy_valid(PyObject* /*module*/, PyObject* const* args, Py_ss
   if (!floating(x.scalar_type()) || (t.scalar_type() != c10::kLong && t.scalar_type() != c10::kInt) ||
       t.device() != x.device() || x.dim() == 0)
     Py_RETURN_NONE;
-  const char* reduction = PyUnicode_AsUTF8(args[3]);
-  if (reduction == nullptr) return nullptr;
-  const c10::string_view r(reduction);
-  if (r != "mean" && r != "sum" && r != "none") Py_RETURN_NONE;
+  const int known = known_reduction(args[3]);
+  if (known < 0) return nullptr;
+  if (known == 0) Py_RETURN_NONE;
   const double smoothing = PyFloat_AsDouble(args[4]);
   if (smoothing == -1.0 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -292,11 +300,9 @@ PyObject* route_cross_entropy(PyObject* /*module*/, PyObject* const* args, Py_ss
   // autocast computes torch's cross_entropy in float32 and returns a float32
   // loss: calls under autocast stay with torch
   if (at::autocast::is_autocast_enabled(device)) Py_RETURN_FALSE;
-  const char* reduction = PyUnicode_AsUTF8(args[5]);
-  if (reduction == nullptr) return nullptr;
-  const c10::string_view r(reduction);
-  if (r != "mean" && r != "sum" && r != "none") Py_RETURN_FALSE;
-  Py_RETURN_TRUE;
+  const int known = known_reduction(args[5]);
+  if (known < 0) return nullptr;
+  return PyBool_FromLong(known);
   END_HANDLE_TH_ERRORS
 }
 
