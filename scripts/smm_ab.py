@@ -2,7 +2,7 @@
 docs/softmax_matmul.md) at the benchmark's shapes, beside the naive version
 and the matmul ceiling, in one process.
 
-    python scripts/smm_ab.py [--backward] [--profile] [--only=bf16,tf32,f32] [d2 ...]
+    python scripts/smm_ab.py [--backward] [--profile] [--only=bf16,tf32,f32] [--variants=default,...] [d2 ...]
 
 --profile: the CUDA kernels of one softmax_ext call (forward and backward)
 at the largest d2, per dtype, with their times.
@@ -18,7 +18,7 @@ from triton.testing import do_bench
 import softmax_ext
 
 FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "bn128": {"SOFTMAX_EXT_SMM_BN": "128"},
-           "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}}
+           "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}, "f32-transpose": {"SOFTMAX_EXT_SMM_F32_TRANSPOSE": "1"}}
 BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-unstaged": {"SOFTMAX_EXT_SMM_DX_STAGED": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
 
@@ -68,6 +68,7 @@ def main(argv):
     print(torch.cuda.get_device_name(), torch.__version__)
     variants = BACKWARD if backward else FORWARD
     only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--only=")), None)
+    variant_names = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--variants=")), list(variants))
     for name, dtype, tf32 in (("bf16", torch.bfloat16, False), ("tf32", torch.float32, True),
                               ("f32", torch.float32, False)):
         if only is not None and name not in only:
@@ -88,6 +89,8 @@ def main(argv):
                 ref = (F.softmax(x, -1) @ v,)
             line = f"{name:4} d2={d2:5} ceiling {top:5.0f} TF/s naive {naive:.3f}"
             for vname, env in variants.items():
+                if vname not in variant_names:
+                    continue
                 def call():
                     if backward:
                         out = softmax_ext.softmax_matmul(x, v)

@@ -338,6 +338,41 @@ def test_cuda_aligned_tiles(dtype, shape):
 
 
 @requires_cuda
+@pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "3xtf32"])
+@pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 130, 1003, 131), (1, 129, 37, 257), (2, 3, 5, 2)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_f32(allow_tf32, shape):
+    # float32 rows with 16-byte aligned strides: the Hopper TF32 / 3xTF32
+    # kernels on sm_90, with tails of their 32-column d2 tiles, 128-row
+    # blocks and 128 / 256-column d3 blocks, down to d2 and d3 that are no
+    # multiple of 4 (rows padded to a multiple of 4 elements); a growing max
+    # in the second batch entry, -inf entries, a row all -inf
+    b, d1, d2, d3 = shape
+    pad2, pad3 = -d2 % 4, -d3 % 4
+    x = randn((b, d1, d2 + pad2), torch.float32, "cuda", 60, scale=3.0)[..., :d2]
+    v = randn((b, d2, d3 + pad3), torch.float32, "cuda", 61)[..., :d3]
+    if b > 1:
+        x[1] += torch.linspace(0, 80, d2, device="cuda")
+    x[0, 0, ::3] = -float("inf")
+    if d1 > 2:
+        x[0, 2, :] = -float("inf")
+    with tf32(allow_tf32):
+        if torch.cuda.get_device_capability() == (9, 0):
+            p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+            assert p.kernel.startswith("cuda.wgmma." + ("tf32" if allow_tf32 else "3xtf32")), p
+        out = check(x, v, "tf32" if allow_tf32 else "3xtf32")
+        if d1 > 2:
+            assert torch.isnan(out[0, 2]).all() and not torch.isnan(out[0, :2]).any()
+        torch.testing.assert_close(softmax_ext.softmax_matmul(x, v), out, rtol=0, atol=0, equal_nan=True)
+        if not allow_tf32:
+            naive = (torch.softmax(x, -1) @ v).double()
+            ref = reference(x, v)
+            err, err_naive = (out.double() - ref).nan_to_num().abs().max().item(), \
+                (naive - ref).nan_to_num().abs().max().item()
+            assert err <= 2 * err_naive + 1e-6, (err, err_naive)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
 def test_cuda_aligned_growing_max_and_neg_inf(dtype):
     # the row max grows tile after tile (every tile moves it by more than 2^8),

@@ -274,11 +274,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Tensor maps of x (d2, d1, batch) and V (d3, d2, batch), 16-bit, 128-byte
 // swizzle, boxes of 64 columns x 128 (x) / 64 (V) rows. False where they
-// cannot be made (map_16bit_3d; the caller then takes the cp.async kernel).
+// cannot be made (map_3d; the caller then takes the cp.async kernel).
 template <typename T>
 bool make_maps(const Args& a, CUtensorMap* tmx, CUtensorMap* tmv) {
-  return map_16bit_3d<T>(tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, kBM) &&
-         map_16bit_3d<T>(tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, kBK);
+  return map_3d<T>(tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, kBM) &&
+         map_3d<T>(tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, kBK);
 }
 
 template <typename T, int BN>

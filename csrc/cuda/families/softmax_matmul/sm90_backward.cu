@@ -540,12 +540,12 @@ void backward(const BwdArgs& a, int bn_dv) {
     using C = DxCfg<BN, S, STAGED>;
     CUtensorMap tmv{}, tmo{}, tmx{}, tmd{};
     const bool tma = !cp_only &&
-                     map_16bit_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, BN) &&
-                     map_16bit_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
+                     map_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, BN) &&
+                     map_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
     auto* kernel = &smm_bwd_dx_kernel<T, BN, kTma, S, STAGED>;
     if constexpr (STAGED) {
-      if (!tma || !map_16bit_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 128) ||
-          !map_16bit_3d<T>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 64, 128))
+      if (!tma || !map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 128) ||
+          !map_3d<T>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 64, 128))
         return false;
     } else if (!tma) {
       kernel = &smm_bwd_dx_kernel<T, BN, kCpAsync, S, false>;
@@ -565,8 +565,8 @@ void backward(const BwdArgs& a, int bn_dv) {
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     CUtensorMap tmo{}, tmx{}, tml{};
-    const bool tma = !cp_only && map_16bit_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 64) &&
-                     map_16bit_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 64) &&
+    const bool tma = !cp_only && map_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 64) &&
+                     map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 64) &&
                      map_lse(&tml, a.lse, a.d1, a.batch);
     auto* kernel = tma ? &smm_bwd_dv_kernel<T, BN, kTma> : &smm_bwd_dv_kernel<T, BN, kCpAsync>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DvCfg<BN>::kSmem));

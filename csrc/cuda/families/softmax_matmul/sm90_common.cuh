@@ -77,21 +77,23 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 }
 
 // The running max m of one of this thread's rows, moved lazily: x holds the
-// thread's values of the row's tile, its lane quad the rest. m moves to the
+// thread's values of the row's tile, the other kLanes - 1 lanes of its group
+// (a quad, or a pair) the rest. m moves to the
 // tile's max only when that exceeds m by more than 8 / log2(e) (P = exp(x - m)
 // then stays below 2^8), from -inf to any finite or +inf max; a NaN never
 // moves it (the NaN reaches l and the output through P). scale = exp(m_old -
 // m_new), 1 where m stays; with kExpf by expf, else by ex2. Returns whether
 // m moved.
-template <bool kExpf, int N>
+template <bool kExpf, int N, int kLanes = 4>
 __device__ __forceinline__ bool lazy_max(const float (&x)[N], float& m, float& scale) {
+  static_assert(kLanes == 2 || kLanes == 4, "a lane pair or quad");
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kLazy = 8.0f / kLog2e;
   float mx = x[0];
 #pragma unroll
   for (int e = 1; e < N; ++e) mx = fmaxf(mx, x[e]);
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if constexpr (kLanes == 4) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   const bool move = mx > m + kLazy;
   if constexpr (kExpf) scale = move ? expf(m - mx) : 1.f;
   else scale = move ? ex2((m - mx) * kLog2e) : 1.f;

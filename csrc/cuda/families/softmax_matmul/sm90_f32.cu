@@ -23,12 +23,14 @@
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #include "cuda/core/launch.cuh"
 #include "cuda/families/softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/tma.cuh"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 namespace softmax_ext::smm::cuda {
 namespace sm90 {
@@ -296,6 +298,314 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 #endif
 }
 
+// The V^T form (the default where the tensor maps can be made): out^T
+// (BN x 128) = V^T (BN x d2) . P^T (d2 x 128). TF32 wgmma takes K-major
+// shared-memory operands only; P^T as the B operand is P's own row-major
+// layout, and V^T as the A operand comes from registers, read from V's
+// row-major tile, so V needs no transposing pass. The M order of the
+// product is permuted so that a thread's 2 * MI fragment rows are 2 * MI
+// neighbouring columns of d3: one 8- or 16-byte shared load per row of V and
+// k8 half step, one global store per output row. Thread (warpgroup wg, warp
+// w, lane g, t) holds the product's rows 64 i + 16 w + g + 8 h (i < MI,
+// h < 2) of its warpgroup: the d3 columns vcol + 2 i + h, vcol = n0 +
+// wg * BN / 2 + (8 w + g) * 2 MI.
+//
+// Loads: x (128 rows x 32 columns, 128-byte swizzled) and V (32 rows x BN
+// columns, row-major) of a d2 tile by TMA (one thread issues, an mbarrier
+// per stage completes), 3 stages. The softmax is split from the product's
+// layout: thread pair (2 r, 2 r + 1) owns row r of the tile, each thread four
+// 16-byte chunks of its 32 columns; P goes (TF32, with its small part for
+// 3xTF32) into a 3-deep ring of K-major 128-byte-swizzled buffers, so a
+// buffer is written only after every warpgroup has waited for the product
+// that read it. When a row's lazy max moves, its scale goes through shared
+// memory to the threads that hold its accumulator column.
+template <int MI, bool SPLIT>
+struct VtCfg {
+  static constexpr int BN = 128 * MI;
+  static constexpr int kStages = 3;                 // load stages and P buffers
+  static constexpr int kXBytes = 128 * 128;         // x: 128 rows x 32 columns
+  static constexpr int kVBytes = 32 * BN * 4;       // V: 32 rows x BN columns
+  static constexpr int kLoadBytes = kXBytes + kVBytes;
+  static constexpr int kPBytes = 128 * 128;         // P (or its small part): 128 rows x 32 k, K-major
+  static constexpr int kPStageBytes = kPBytes * (SPLIT ? 2 : 1);
+  static constexpr int kPOffset = kStages * kLoadBytes;
+  static constexpr int kBarOffset = kPOffset + kStages * kPStageBytes;
+  static constexpr int kScaleOffset = kBarOffset + 8 * kStages;   // scale[2][128], then 1 / l[128]
+  static constexpr int kSmem = kScaleOffset + 3 * 128 * 4 + 1024;
+};
+
+template <int MI, bool SPLIT>
+__global__ void __launch_bounds__(kF32Threads, 1)
+    smm_wgmma_f32_vt_kernel(Args a, int64_t batch0, const __grid_constant__ CUtensorMap tmx,
+                            const __grid_constant__ CUtensorMap tmv) {
+#ifdef SMM_SM90A_DEVICE
+  using C = VtCfg<MI, SPLIT>;
+  constexpr int BN = C::BN;
+  constexpr int kS = C::kStages;
+  constexpr int kV = 2 * MI;  // d3 columns of a thread's fragment rows
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kInf = __builtin_huge_valf();
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = (raw + 1023u) & ~1023u;
+  float* scale_s = reinterpret_cast<float*>(smem_raw + (smem - raw) + C::kScaleOffset);
+  float* inv_s = scale_s + 2 * 128;
+  const uint32_t bars = smem + C::kBarOffset;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, w = warp & 3, g = lane >> 2, t = lane & 3;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  const int nk = static_cast<int>((a.d2 + 31) / 32);
+  const int tail_from = a.d2 % 32 == 0 ? nk : nk - 1;
+  auto stage = [&](int kt) { return smem + static_cast<uint32_t>(kt % kS) * C::kLoadBytes; };  // x, then V
+  auto pbuf = [&](int kt) { return smem + C::kPOffset + static_cast<uint32_t>(kt % kS) * C::kPStageBytes; };
+  auto issue = [&](int kt) {  // one thread
+    const uint32_t bar = bars + 8 * (kt % kS);
+    mbar_expect_tx(bar, C::kLoadBytes);
+    tma_load_3d(stage(kt), &tmx, kt * 32, static_cast<int>(row0), static_cast<int>(b), bar);
+    tma_load_3d(stage(kt) + C::kXBytes, &tmv, static_cast<int>(n0), kt * 32, static_cast<int>(b), bar);
+  };
+
+  // The softmax: row sr of the tile, chunks 2 q + hh (q < 4) of its 32 columns.
+  const int sr = tid >> 1, hh = tid & 1;
+  float m = -kInf, l = 0.f;
+  auto softmax = [&](int kt) {
+    float xr[16];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(xr[4 * q]), "=f"(xr[4 * q + 1]), "=f"(xr[4 * q + 2]), "=f"(xr[4 * q + 3])
+                   : "r"(stage(kt) + sr * 128 + (((2 * q + hh) ^ (sr & 7)) << 4)));
+    if (kt == tail_from) {  // columns past d2 (zero-filled) count as -inf
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (int64_t{kt} * 32 + 4 * (2 * q + hh) + e >= a.d2) xr[4 * q + e] = -kInf;
+    }
+    float scale;
+    const bool moved = lazy_max<SPLIT, 16, 2>(xr, m, scale);
+    if (hh == 0) scale_s[(kt & 1) * 128 + sr] = scale;
+    const float mu = m == -kInf ? 0.f : m;
+    float sum = 0.f;  // the tile's part first: l adds one term a tile
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t big[4], small[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = SPLIT ? expf(xr[4 * q + e] - mu) : ex2(fmaf(xr[4 * q + e], kLog2e, -mu * kLog2e));
+        sum += p;
+        big[e] = to_tf32(p);
+        if constexpr (SPLIT) small[e] = to_tf32(p - __uint_as_float(big[e]));
+      }
+      const uint32_t off = pbuf(kt) + sr * 128 + (((2 * q + hh) ^ (sr & 7)) << 4);
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off), "r"(big[0]), "r"(big[1]), "r"(big[2]),
+                   "r"(big[3]));
+      if constexpr (SPLIT)
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off + C::kPBytes), "r"(small[0]),
+                     "r"(small[1]), "r"(small[2]), "r"(small[3]));
+    }
+    l = l * scale + sum;
+    return moved;
+  };
+
+  // A fragments of tile kt: a[2 o + h] = V[8 s + t + 4 o][vcol + 2 i + h] (TF32; 3xTF32: big and small).
+  const int64_t vcol = n0 + wg * (BN / 2) + (8 * w + g) * kV;
+  const uint32_t v_lane = C::kXBytes + static_cast<uint32_t>(vcol - n0) * 4;
+  using Frags = uint32_t[4][MI][4];
+  using SmallFrags = uint32_t[SPLIT ? 4 : 1][MI][4];
+  auto read_v = [&](int kt, Frags& va, SmallFrags& vs) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int o = 0; o < 2; ++o) {
+        const uint32_t addr = stage(kt) + v_lane + (8 * s + t + 4 * o) * BN * 4;
+        float f[kV];
+        if constexpr (kV == 4)
+          asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                       : "=f"(f[0]), "=f"(f[1]), "=f"(f[2]), "=f"(f[3])
+                       : "r"(addr));
+        else
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(f[0]), "=f"(f[1]) : "r"(addr));
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t big = to_tf32(f[2 * i + h]);
+            va[s][i][2 * o + h] = big;
+            if constexpr (SPLIT) vs[s][i][2 * o + h] = to_tf32(f[2 * i + h] - __uint_as_float(big));
+          }
+      }
+  };
+
+  float acc[MI][64];
+  float tmp[SPLIT ? MI : 1][SPLIT ? 64 : 1];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int r = 0; r < 64; ++r) acc[i][r] = 0.f;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kS; ++s) mbar_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+    fence_proxy_async();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int s = 0; s < kS && s < nk; ++s) issue(s);
+  mbar_wait(bars, 0);
+  softmax(0);  // (acc is zero: tile 0's scale is not applied)
+  fence_proxy_async();
+  __syncthreads();
+
+  // One d2 tile: the product of tile kt from fragments `va` / `vs`, the
+  // softmax of tile kt + 1 beside it; TF32 reads tile kt + 1's fragments
+  // into the other register set before waiting for the product, so the
+  // next product is issued right after it (3xTF32 has no registers for a
+  // second set and reads them after the wait).
+  auto step = [&](int kt, Frags& va, SmallFrags& vs, Frags& va_next, SmallFrags& vs_next) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int r = 0; r < 64; ++r) fence_reg(SPLIT ? tmp[i][r] : acc[i][r]);
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint64_t db = desc_kmajor() | ((pbuf(kt) + 32 * s) >> 4);
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        if constexpr (SPLIT) {
+          const uint64_t ds = desc_kmajor() | ((pbuf(kt) + C::kPBytes + 32 * s) >> 4);
+          wgmma_rs_n128_tf32(tmp[i], vs[s][i], db, s != 0);  // small V x big P (the first overwrites tmp)
+          wgmma_rs_n128_tf32(tmp[i], va[s][i], ds, 1);       // big V x small P
+          wgmma_rs_n128_tf32(tmp[i], va[s][i], db, 1);       // big x big
+        } else {
+          wgmma_rs_n128_tf32(acc[i], va[s][i], db, 1);
+        }
+      }
+    }
+    wgmma_commit();
+    bool up = false;
+    if (kt + 1 < nk) {
+      mbar_wait(bars + 8 * ((kt + 1) % kS), ((kt + 1) / kS) & 1);
+      if constexpr (!SPLIT) read_v(kt + 1, va_next, vs_next);
+      up = softmax(kt + 1);
+      fence_proxy_async();
+    }
+    // P of tile kt + 1 and its scales visible; stage kt % kS read by every thread
+    const bool any_up = __syncthreads_or(up);
+    if (tid == 0 && kt + kS < nk) issue(kt + kS);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int r = 0; r < 64; ++r) {
+        if constexpr (SPLIT) {
+          fence_reg(tmp[i][r]);
+          acc[i][r] += tmp[i][r];
+        } else {
+          fence_reg(acc[i][r]);
+        }
+      }
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          fence_reg(va[s][i][e]);
+          if constexpr (SPLIT) fence_reg(vs[s][i][e]);
+        }
+    if (SPLIT && kt + 1 < nk) read_v(kt + 1, va_next, vs_next);
+    if (any_up) {  // accumulator column n is row n of the tile: acc[i][4 j + 2 h + e], n = 8 j + 2 t + e
+      const float* sc = scale_s + ((kt + 1) & 1) * 128;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float2 f = *reinterpret_cast<const float2*>(sc + 8 * j + 2 * t);
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            acc[i][4 * j + 2 * h] *= f.x;
+            acc[i][4 * j + 2 * h + 1] *= f.y;
+          }
+      }
+    }
+  };
+  if constexpr (SPLIT) {  // one register set
+    Frags va;
+    SmallFrags vs;
+    read_v(0, va, vs);
+    for (int kt = 0; kt < nk; ++kt) step(kt, va, vs, va, vs);
+  } else {  // two, alternating
+    Frags va0, va1;
+    SmallFrags vs0, vs1;
+    read_v(0, va0, vs0);
+    for (int kt = 0; kt < nk; kt += 2) {
+      step(kt, va0, vs0, va1, vs1);
+      if (kt + 1 < nk) step(kt + 1, va1, vs1, va0, vs0);
+    }
+  }
+
+  // Epilogue: l over the pair, lse = m + log(l) (first column block), out = acc / l.
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  if (hh == 0) {
+    inv_s[sr] = 1.f / l;
+    if (cta.nb == 0 && row0 + sr < a.d1) a.lse[b * a.d1 + row0 + sr] = m + logf(l);
+  }
+  __syncthreads();
+  float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
+  const bool vec_ok = vcol + kV <= a.d3 && a.d3 % kV == 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int n = 8 * j + 2 * t + e;
+      if (row0 + n >= a.d1) continue;
+      const float iv = inv_s[n];
+      float o[kV];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) o[2 * i + h] = acc[i][4 * j + 2 * h + e] * iv;
+      float* dst = ob + (row0 + n) * a.d3 + vcol;
+      if (vec_ok) {
+        if constexpr (kV == 4) *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+        else *reinterpret_cast<float2*>(dst) = make_float2(o[0], o[1]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < kV; ++q)
+          if (vcol + q < a.d3) dst[q] = o[q];
+      }
+    }
+#else
+  __trap();
+#endif
+}
+
+// The V^T kernel where both tensor maps can be made (x: boxes of 32 columns
+// x 128 rows, 128-byte swizzle; V: BN columns x 32 rows, no swizzle); false
+// otherwise (the caller then takes the transposing kernel, by cp.async).
+template <int MI, bool SPLIT>
+bool launch_f32_vt(const Args& a) {
+  using C = VtCfg<MI, SPLIT>;
+  CUtensorMap tmx{}, tmv{};
+  if (!map_3d<float>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 128) ||
+      !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, C::BN, 32,
+                     CU_TENSOR_MAP_SWIZZLE_NONE))
+    return false;
+  auto* kernel = &smm_wgmma_f32_vt_kernel<MI, SPLIT>;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t blocks = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128);
+  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
+    kernel<<<grid, kF32Threads, C::kSmem, stream>>>(a, b0, tmx, tmv);
+  });
+  return true;
+}
+
 template <int BN, bool SPLIT>
 void launch_f32(const Args& a) {
   using C = F32Cfg<BN, SPLIT>;
@@ -311,6 +621,14 @@ void launch_f32(const Args& a) {
 }  // namespace sm90
 
 void launch_sm90_f32(const Args& a, int bn, bool split3) {
+  // SOFTMAX_EXT_SMM_F32_TRANSPOSE=1: the kernels with V's transposing pass (A/B work).
+  const char* env = std::getenv("SOFTMAX_EXT_SMM_F32_TRANSPOSE");
+  if (env == nullptr || env[0] != '1') {
+    const bool done = split3      ? sm90::launch_f32_vt<1, true>(a)
+                      : bn == 128 ? sm90::launch_f32_vt<1, false>(a)
+                                  : sm90::launch_f32_vt<2, false>(a);
+    if (done) return;
+  }
   if (split3) return sm90::launch_f32<128, true>(a);
   if (bn == 128) return sm90::launch_f32<128, false>(a);
   return sm90::launch_f32<256, false>(a);

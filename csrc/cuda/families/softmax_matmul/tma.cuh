@@ -111,27 +111,30 @@ inline bool encode_tiled(CUtensorMap* map, CUtensorMapDataType dt, cuuint32_t ra
                 swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The tensor map of a 16-bit (batch, rows, cols) tensor with unit stride
-// along cols, 128-byte swizzle, boxes of box_cols (64: 128-byte rows) x
-// box_rows x 1. False for an expanded batch (batch > 1, batch stride <= 0),
-// dims of 2^31 or more (the kernels' coordinates are int) or where the
-// driver refuses the map (the caller then takes cp.async).
+// The tensor map of a 16- or 32-bit (batch, rows, cols) tensor with unit
+// stride along cols, boxes of box_cols x box_rows x 1 (128-byte swizzle:
+// box_cols of 128 bytes). False for an expanded batch (batch > 1, batch
+// stride <= 0), dims of 2^31 or more (the kernels' coordinates are int) or
+// where the driver refuses the map (the caller then takes cp.async).
 template <typename T>
-bool map_16bit_3d(CUtensorMap* map, const void* base, int64_t cols, int64_t rows, int64_t batch,
-                  int64_t row_stride, int64_t batch_stride, int box_cols, int box_rows) {
-  static_assert(sizeof(T) == 2, "16-bit elements");
+bool map_3d(CUtensorMap* map, const void* base, int64_t cols, int64_t rows, int64_t batch, int64_t row_stride,
+            int64_t batch_stride, int box_cols, int box_rows,
+            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>,
+                "bf16, f16 or f32 elements");
   constexpr int64_t kMax = int64_t{1} << 31;
   if (batch > 1 && batch_stride <= 0) return false;
   if (cols >= kMax || rows >= kMax || batch >= kMax) return false;
-  const int64_t es = 2;
-  const CUtensorMapDataType dt =
-      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const int64_t es = sizeof(T);
+  const CUtensorMapDataType dt = std::is_same_v<T, float>            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                    : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * es),
                                  static_cast<cuuint64_t>((batch > 1 ? batch_stride : row_stride * rows) * es)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
-  return encode_tiled(map, dt, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  return encode_tiled(map, dt, 3, base, dims, strides, box, swizzle);
 }
 
 }  // namespace softmax_ext::smm::cuda::sm90
