@@ -13,7 +13,12 @@ Double backward raises NotImplementedError.
 
 import torch
 
+from . import _C
+
 _ops = torch.ops.softmax_ext
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_torch_function_mode = torch._C._is_torch_function_mode_enabled
 _OP = "softmax_ext.softmax_matmul"
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -94,4 +99,8 @@ def softmax_matmul(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(x, -1) @ v for x (..., d1, d2) and v (..., d2, d3) with equal
     leading dims, never materialising softmax(x). float32 on CUDA follows
     torch.backends.cuda.matmul.allow_tf32 like torch.matmul."""
+    # plain tensors in eager mode: _C's direct entry point (no torch.ops
+    # argument parsing; no autograd kernel when no gradient is tracked)
+    if type(x) is _Tensor and type(v) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._softmax_matmul(x, v)
     return _ops.softmax_matmul.default(x, v)

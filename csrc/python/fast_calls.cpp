@@ -1,5 +1,5 @@
-// Direct Python entry points of the four softmax ops and of the
-// cross-entropy forward, for eager calls.
+// Direct Python entry points of the four softmax ops, of the cross-entropy
+// forward and of softmax_matmul, for eager calls.
 //
 // softmax_ext.softmax(x) on a plain tensor outside torch.compile calls
 // _C._softmax(x, dim, dtype): one CPython call with positional arguments,
@@ -214,6 +214,33 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
   END_HANDLE_TH_ERRORS
 }
 
+// softmax_matmul(x, v) for plain tensors in eager mode
+// (softmax_ext/_softmax_matmul.py). A call no gradient can flow from (grad
+// mode off, or neither input requiring grad) runs the forward op below
+// autograd: its autograd kernel (Python, torch.library.register_autograd)
+// would only pass it on. Otherwise the public op, through the dispatcher.
+PyObject* softmax_matmul_call(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  const char* op = "softmax_ext.softmax_matmul";
+  if (!arg_count(op, nargs, 2) || !tensor_arg(op, "x", args[0]) || !tensor_arg(op, "v", args[1])) return nullptr;
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  const at::Tensor& v = THPVariable_Unpack(args[1]);
+  at::Tensor out;
+  if (c10::GradMode::is_enabled() && (x.requires_grad() || v.requires_grad())) {
+    static const auto handle = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("softmax_ext::softmax_matmul");
+    pybind11::gil_scoped_release no_gil;
+    out = handle.call(x, v);
+  } else {
+    using Sig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&);
+    static const auto handle = find_op<Sig>("softmax_ext::_softmax_matmul_forward");
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    pybind11::gil_scoped_release no_gil;
+    out = std::get<0>(handle.call(x, v));
+  }
+  return THPVariable_Wrap(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
 // (grad, grad_loss) -> None: the fused forward's backward (grad *= grad_loss
 // in place), called by softmax_ext/_cross_entropy.py's _FusedGrad.
 PyObject* cross_entropy_grad_scale(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
@@ -338,6 +365,8 @@ PyMethodDef kMethods[] = {
      "softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
     {"_route_log_softmax", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&route<true>)), METH_FASTCALL,
      "log_softmax(input, dim, dtype) for a call softmax_ext.patch() routes, None for one it leaves to torch"},
+    {"_softmax_matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&softmax_matmul_call)),
+     METH_FASTCALL, "softmax_matmul(x, v) through the dispatcher (below autograd when no gradient is tracked)"},
     {"_cross_entropy_rows", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&cross_entropy_rows)),
      METH_FASTCALL, "the cross-entropy forward (or fused forward) of (N, C) rows through the dispatcher"},
     {"_cross_entropy_grad_scale",
