@@ -1,21 +1,31 @@
 // softmax_matmul forward for Hopper (sm_90a), float32: TF32 wgmma (TF32
-// allowed) or the 3xTF32 split (float32-accurate), P from registers.
+// allowed) or the 3xTF32 split (float32-accurate), two kernels.
 //
-// wgmma takes TF32 operands only K-major, and V (d2, d3) is N-major. So each V
-// tile goes global -> shared (cp.async, row-major "staging", 3 stages) ->
-// shared in the K-major 128-byte-swizzled layout (a transposing pass by all
-// threads: 4 scalar loads, one 16-byte store; the TF32 rounding of V, and for
-// 3xTF32 its big / small split, ride along), double-buffered. The x tile is
-// staged beside V (cp.async, 128-byte swizzled rows); each thread reads its two
-// rows' 8 contiguous columns of the 32-column tile (two 16-byte loads); the k
-// order inside the tile is permuted so that those 8 columns are exactly the
-// thread's A-fragment elements of the four k8 steps (logical k = 8s + t is
-// column 8t + 2s, k = 8s + t + 4 is column 8t + 2s + 1), and the transposing
-// pass puts V's rows in the same order (chunk c of a K-major row holds V rows
-// c, c + 8, c + 16, c + 24), which leaves P.V unchanged.
+// wgmma takes TF32 operands only K-major, and V (d2, d3) is N-major for
+// out = P . V. The default, the V^T kernel (smm_wgmma_f32_vt_kernel, further
+// down), computes out^T = V^T . P^T instead: P^T as the B operand is P's own
+// row-major layout (written to shared memory by the softmax), and V^T as the
+// A operand comes from registers, read straight from V's row-major tile; x
+// and V arrive by TMA. It needs both tensor maps; where either cannot be made
+// (an expanded batch, dims of 2^31 or more, a driver without the encoder),
+// or with SOFTMAX_EXT_SMM_F32_TRANSPOSE=1 (A/B runs), the transposing kernel
+// (smm_wgmma_f32_kernel, next) runs. Measurements: docs/tuning/softmax_matmul.md.
 //
-// CTA = 2 warpgroups = 128 rows of d1 x BN columns of d3 (TF32: 256, the
-// exponentials amortised over 512 flops each; 3xTF32: 128 with a second
+// The transposing kernel: each V tile goes global -> shared (cp.async,
+// row-major "staging", 3 stages) -> shared in the K-major 128-byte-swizzled
+// layout (a transposing pass by all threads: 4 scalar loads, one 16-byte
+// store; the TF32 rounding of V, and for 3xTF32 its big / small split, ride
+// along), double-buffered. The x tile is staged beside V (cp.async, 128-byte
+// swizzled rows); each thread reads its two rows' 8 contiguous columns of the
+// 32-column tile (two 16-byte loads); the k order inside the tile is permuted
+// so that those 8 columns are exactly the thread's A-fragment elements of the
+// four k8 steps (logical k = 8s + t is column 8t + 2s, k = 8s + t + 4 is
+// column 8t + 2s + 1), and the transposing pass puts V's rows in the same
+// order (chunk c of a K-major row holds V rows c, c + 8, c + 16, c + 24),
+// which leaves P.V unchanged.
+//
+// Both: CTA = 2 warpgroups = 128 rows of d1 x BN columns of d3 (TF32: 256,
+// the exponentials amortised over 512 flops each; 3xTF32: 128 with a second
 // accumulator: each tile's three products are summed by the tensor cores
 // into a zeroed accumulator and added to the running one with f32 adds, so
 // the tensor cores' own accumulation covers one tile only). Online softmax
