@@ -18,7 +18,8 @@ from triton.testing import do_bench
 import softmax_ext
 
 FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "bn128": {"SOFTMAX_EXT_SMM_BN": "128"},
-           "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}, "f32-transpose": {"SOFTMAX_EXT_SMM_F32_TRANSPOSE": "1"}}
+           "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}, "f32-transpose": {"SOFTMAX_EXT_SMM_F32_TRANSPOSE": "1"},
+           "out-unstaged": {"SOFTMAX_EXT_SMM_OUT_STAGED": "0"}}
 BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-unstaged": {"SOFTMAX_EXT_SMM_DX_STAGED": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
 

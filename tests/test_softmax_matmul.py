@@ -338,6 +338,25 @@ def test_cuda_aligned_tiles(dtype, shape):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
+@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1000, 520), (3, 1, 8, 8), (2, 64, 64, 64),
+                                   (2, 130, 72, 131)], ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_output_stores_agree(dtype, shape, monkeypatch):
+    # On sm_90 the 16-bit forward stores its output tile by TMA from shared
+    # memory where the output's tensor map can be made (d3 a multiple of 8),
+    # by each thread's 4-byte stores with SOFTMAX_EXT_SMM_OUT_STAGED=0 (and
+    # for d3 = 131, v's rows padded to 136): the same values bit for bit,
+    # tails of d1 and d3 clipped.
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 54, scale=3.0)
+    v = randn((b, d2, -(-d3 // 8) * 8), dtype, "cuda", 55)[..., :d3]
+    monkeypatch.delenv("SOFTMAX_EXT_SMM_OUT_STAGED", raising=False)
+    staged = check(x, v)
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_OUT_STAGED", "0")
+    assert torch.equal(softmax_ext.softmax_matmul(x, v), staged)
+
+
+@requires_cuda
 @pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "3xtf32"])
 @pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 130, 1003, 131), (1, 129, 37, 257), (2, 3, 5, 2)],
                          ids=lambda s: "x".join(map(str, s)))

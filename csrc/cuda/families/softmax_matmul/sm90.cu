@@ -152,7 +152,8 @@ __device__ __forceinline__ void tma_tile(uint32_t stage, uint32_t bar, const CUt
 template <typename T, int BN, int LOAD>
 __global__ void __launch_bounds__(kThreads, 1)
     smm_wgmma_kernel(Args a, int64_t batch0, const __grid_constant__ CUtensorMap tmx,
-                     const __grid_constant__ CUtensorMap tmv) {
+                     const __grid_constant__ CUtensorMap tmv, const __grid_constant__ CUtensorMap tmo,
+                     bool out_staged) {
 #ifdef SMM_SM90A_DEVICE
   using C = Cfg<BN>;
   extern __shared__ __align__(1024) char smem_raw[];
@@ -266,6 +267,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   float inv[2];
   const int64_t r0 = row0 + 16 * warp + g;
   finish_rows(a, b, r0, t, cta.nb, m, l, inv);
+  if constexpr (TMA) {
+    if (out_staged) {
+      // The tile through shared memory (the stages are free: every load was
+      // waited for, every product too), in 64-column panels of 128-byte
+      // swizzled rows, then stored by TMA (clipped at d1 and d3), a box per
+      // panel: 16-byte transactions instead of each thread's 4-byte pairs.
+      __syncthreads();  // every warp past its last read of the stages
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * warp + g + 8 * h;  // r % 8 == g
+          const uint32_t d = pack<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem + (j / 8) * (kBM * 128) + r * 128 +
+                                                       (((j % 8) ^ g) << 4) + 4 * t),
+                       "r"(d)
+                       : "memory");
+        }
+      fence_proxy_async();
+      __syncthreads();
+      if (tid == 0) {
+#pragma unroll
+        for (int p = 0; p < BN / 64; ++p)
+          if (n0 + 64 * p < a.d3)
+            tma_store_3d(&tmo, smem + p * (kBM * 128), static_cast<int>(n0) + 64 * p, static_cast<int>(row0),
+                         static_cast<int>(b));
+        tma_store_commit();
+        tma_store_wait_read();  // the CTA's shared memory is released when its threads exit
+      }
+      return;
+    }
+  }
   store_output<T, BN>(a, b, r0, n0, t, inv, acc);
 #else
   __trap();  // built without sm_90a: the plan never selects this kernel then
@@ -286,14 +319,19 @@ void launch(const Args& a) {
   using C = Cfg<BN>;
   // TMA where the driver makes the tensor maps; SOFTMAX_EXT_SMM_CPASYNC=1: cp.async (A/B work).
   const char* cp_env = std::getenv("SOFTMAX_EXT_SMM_CPASYNC");
-  CUtensorMap tmx{}, tmv{};
+  CUtensorMap tmx{}, tmv{}, tmo{};
   const bool tma = !(cp_env != nullptr && cp_env[0] == '1') && make_maps<T>(a, &tmx, &tmv);
+  // The output stored by TMA where its map can be made (d3 a multiple of 8);
+  // SOFTMAX_EXT_SMM_OUT_STAGED=0: each thread's 4-byte stores (A/B work).
+  const char* out_env = std::getenv("SOFTMAX_EXT_SMM_OUT_STAGED");
+  const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') &&
+                          map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, kBM);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
   softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-    kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv);
+    kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv, tmo, out_staged);
   });
 }
 
