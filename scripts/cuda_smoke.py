@@ -80,22 +80,30 @@ def other_ops():
                 what = f"cross_entropy {dtype} ({n}, {c}) {sorted(kw)}"
                 bad += mismatches(loss.detach(), ref.detach(), dtype, what)
                 bad += mismatches(x.grad, xr.grad, dtype, what + " grad")
-        # softmax_matmul: tails on every axis, a batch dim
-        for shape_x, d3 in (((2, 70, 300), 40), ((1, 129, 1000), 64), ((2, 72, 264), 40), ((3, 5, 17), 3)):
+        # softmax_matmul: tails on every axis, a batch dim; float32 also with
+        # TF32 (the 256-column kernel), checked at bfloat16's tolerance
+        mm_cases = [((2, 70, 300), 40, False), ((1, 129, 1000), 64, False), ((2, 72, 264), 40, False),
+                    ((3, 5, 17), 3, False)]
+        if dtype == torch.float32:
+            mm_cases.append(((2, 130, 520), 264, True))
+        for shape_x, d3, allow_tf32 in mm_cases:
             x64 = torch.randn(*shape_x, generator=gen, dtype=torch.float64) * 3
             v64 = torch.randn(*shape_x[:-2], shape_x[-1], d3, generator=gen, dtype=torch.float64)
             x = x64.to("cuda", dtype, copy=True).requires_grad_()
             v = v64.to("cuda", dtype, copy=True).requires_grad_()
+            torch.backends.cuda.matmul.allow_tf32 = allow_tf32
             out = softmax_ext.softmax_matmul(x, v)
             g = torch.randn_like(out)
             out.backward(g)
             xr, vr = x.detach().double().cpu().requires_grad_(), v.detach().double().cpu().requires_grad_()
             ref = torch.softmax(xr, -1) @ vr
             ref.backward(g.double().cpu())
-            what = f"softmax_matmul {dtype} {shape_x} d3={d3}"
-            bad += mismatches(out.detach(), ref.detach(), dtype, what)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            what = f"softmax_matmul {dtype} {shape_x} d3={d3}" + (" tf32" if allow_tf32 else "")
+            tol_dtype = torch.bfloat16 if allow_tf32 else dtype
+            bad += mismatches(out.detach(), ref.detach(), tol_dtype, what)
             for got, want, name in ((x.grad, xr.grad, "dx"), (v.grad, vr.grad, "dv")):
-                bad += mismatches(got, want, dtype, f"{what} {name}")
+                bad += mismatches(got, want, tol_dtype, f"{what} {name}")
         # the sharded-axis steps on one rank's slice
         for shape in ((7, 1025), (3, 70001), (2, 600001)):
             x64 = torch.randn(*shape, generator=gen, dtype=torch.float64)
