@@ -28,8 +28,11 @@
 // block; LBO = 8 KiB between the 64-column blocks, SBO = 1 KiB between groups
 // of 8 rows). Tails: rows of x past d1 and rows of V past d2 / columns past
 // d3 are zero-filled (TMA's out-of-bounds fill, or cp.async's); columns of x past d2 are set to -inf in
-// registers. The plan takes this kernel only for 16-byte aligned rows
-// (strides multiple of 8 elements, aligned base pointers).
+// registers. The output tile goes through the freed stages (64-column
+// swizzled panels) and out by TMA where the output's tensor map can be made
+// (d3 a multiple of 8), else by each thread's 4-byte column pairs. The plan
+// takes this kernel only for 16-byte aligned rows (strides multiple of 8
+// elements, aligned base pointers).
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 
 #include <c10/cuda/CUDAException.h>
