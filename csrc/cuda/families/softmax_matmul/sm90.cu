@@ -288,17 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        "r"(d)
                        : "memory");
         }
-      fence_proxy_async();
-      __syncthreads();
-      if (tid == 0) {
-#pragma unroll
-        for (int p = 0; p < BN / 64; ++p)
-          if (n0 + 64 * p < a.d3)
-            tma_store_3d(&tmo, smem + p * (kBM * 128), static_cast<int>(n0) + 64 * p, static_cast<int>(row0),
-                         static_cast<int>(b));
-        tma_store_commit();
-        tma_store_wait_read();  // the CTA's shared memory is released when its threads exit
-      }
+      store_panels<BN / 64>(&tmo, smem, kBM * 128, n0, a.d3, row0, b);
       return;
     }
   }

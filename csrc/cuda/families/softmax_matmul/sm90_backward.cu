@@ -329,21 +329,8 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
                      "r"(d)
                      : "memory");
       }
-    // every thread's dX writes visible to the async proxy, then one thread
-    // stores the tile, a box per panel (none for a panel wholly past d2),
-    // and waits until the stores have read it (the CTA's shared memory is
-    // released when its threads exit)
-    fence_proxy_async();
-    __syncthreads();
-    if (tid == 0) {
-#pragma unroll
-      for (int p = 0; p < BN / 64; ++p)
-        if (n0 + 64 * p < a.d2)
-          tma_store_3d(&tmd, xs + p * C::kPanelBytes, static_cast<int>(n0) + 64 * p, static_cast<int>(row0),
-                       static_cast<int>(b));
-      tma_store_commit();
-      tma_store_wait_read();
-    }
+    // the tile stored by TMA, a box per panel (none for a panel wholly past d2)
+    store_panels<BN / 64>(&tmd, xs, C::kPanelBytes, n0, a.d2, row0, b);
     return;
   }
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
