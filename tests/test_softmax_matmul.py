@@ -191,6 +191,30 @@ def test_double_backward_raises():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_eager_grad_modes(device):
+    # The eager wrapper's direct entry point: no autograd node without a
+    # gradient to track (grad mode off, inference mode, inputs that need no
+    # grad), the op's formula otherwise; the values are the op's either way.
+    x = randn((2, 5, 40), torch.float64, device, 56).requires_grad_()
+    v = randn((2, 40, 3), torch.float64, device, 57).requires_grad_()
+    want = torch.ops.softmax_ext.softmax_matmul(x, v)
+    with torch.no_grad():
+        out = softmax_ext.softmax_matmul(x, v)
+    assert not out.requires_grad and out.grad_fn is None
+    torch.testing.assert_close(out, want.detach(), rtol=0, atol=0)
+    with torch.inference_mode():
+        assert torch.equal(softmax_ext.softmax_matmul(x, v), want.detach())
+    assert softmax_ext.softmax_matmul(x.detach(), v.detach()).grad_fn is None
+    out = softmax_ext.softmax_matmul(x, v.detach())
+    assert out.grad_fn is not None
+    (dx,) = torch.autograd.grad(out.sum(), x)
+    (rx,) = torch.autograd.grad((torch.softmax(x, -1) @ v.detach()).sum(), x)
+    torch.testing.assert_close(dx, rx)
+    with pytest.raises(TypeError, match="softmax_matmul.*'v' must be Tensor"):  # worded like torch's bindings
+        softmax_ext._C._softmax_matmul(x, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     for dtype in (torch.float32, torch.bfloat16):
         x = randn((2, 7, 45), dtype, device, 18).requires_grad_()
