@@ -19,7 +19,11 @@ _log_softmax = _ops.log_softmax.default
 _softmax_backward = _ops.softmax_backward.default
 _log_softmax_backward = _ops.log_softmax_backward.default
 
-_is_compiling = torch.compiler.is_compiling
+# Dynamo's tracing takes the torch.ops path (is_dynamo_compiling is True
+# there and a constant False, one cheap call, in eager mode); other tracers
+# (export's non-strict mode, make_fx) see fake or subclass tensors or
+# dispatch modes, which the direct entry points hand to the dispatcher too.
+_is_compiling = torch.compiler.is_dynamo_compiling
 _torch_function_mode = torch._C._is_torch_function_mode_enabled
 _Tensor = torch.Tensor
 
@@ -41,12 +45,10 @@ def _sharded_axis(x, dim, kind, dtype):
     return dtensor_call(x, dim, kind, dtype)
 
 
-# Each wrapper is one call of _forward / _backward (a call costs host time):
-# _C's direct entry point where it serves (plain tensors, eager), torch.ops
-# otherwise.
-def _forward(direct, op, kind: str, x, dim, dtype):
-    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return direct(x, dim, dtype)
+# Each wrapper calls _C's direct entry point itself where it serves (plain
+# tensors, eager: one Python frame less a call), and _forward / _backward
+# (torch.ops, DTensor's sharded axis) otherwise.
+def _forward(op, kind: str, x, dim, dtype):
     y = _sharded_axis(x, dim, kind, dtype)
     if y is not None:
         return y
@@ -57,9 +59,7 @@ def _forward(direct, op, kind: str, x, dim, dtype):
         raise
 
 
-def _backward(direct, op, grad_output, output, dim):
-    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
-        return direct(grad_output, output, dim)
+def _backward(op, grad_output, output, dim):
     try:
         return op(grad_output, output, dim)
     except RuntimeError as exc:
@@ -69,19 +69,27 @@ def _backward(direct, op, grad_output, output, dim):
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """exp(x - max) / sum(exp(x - max)) along `dim`; `dtype` casts the input first."""
-    return _forward(_C._softmax, _softmax, "softmax", x, dim, dtype)
+    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._softmax(x, dim, dtype)
+    return _forward(_softmax, "softmax", x, dim, dtype)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """x - max - log(sum(exp(x - max))) along `dim`; `dtype` casts the input first."""
-    return _forward(_C._log_softmax, _log_softmax, "log_softmax", x, dim, dtype)
+    if type(x) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._log_softmax(x, dim, dtype)
+    return _forward(_log_softmax, "log_softmax", x, dim, dtype)
 
 
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of softmax from its output y: y * (dy - sum(y * dy))."""
-    return _backward(_C._softmax_backward, _softmax_backward, grad_output, output, dim)
+    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._softmax_backward(grad_output, output, dim)
+    return _backward(_softmax_backward, grad_output, output, dim)
 
 
 def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
     """Gradient of log_softmax from its output y: dy - exp(y) * sum(dy)."""
-    return _backward(_C._log_softmax_backward, _log_softmax_backward, grad_output, output, dim)
+    if type(grad_output) is _Tensor and type(output) is _Tensor and not _is_compiling() and not _torch_function_mode():
+        return _C._log_softmax_backward(grad_output, output, dim)
+    return _backward(_log_softmax_backward, grad_output, output, dim)

@@ -14,11 +14,9 @@ Double backward raises NotImplementedError.
 import torch
 
 from . import _C
+from ._ops import _Tensor, _is_compiling, _torch_function_mode
 
 _ops = torch.ops.softmax_ext
-_Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
-_torch_function_mode = torch._C._is_torch_function_mode_enabled
 _OP = "softmax_ext.softmax_matmul"
 _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
