@@ -188,13 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const uint32_t bars = smem + C::kBarOffset;
   if constexpr (TMA) {
-    if (tid == 0) {
-#pragma unroll
-      for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 1);
-      fence_mbarrier_init();
-      fence_proxy_async();
-    }
-    __syncthreads();
+    init_stage_barriers<kStages>(bars);
     if (tid == 0) {
       for (int s = 0; s < kStages - 1 && s < nk; ++s)
         tma_tile<BN>(smem + s * C::kStageBytes, bars + 8 * s, &tmx, &tmv, static_cast<int>(n0),

@@ -167,13 +167,7 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
   constexpr bool TMA = LOAD == kTma;
   uint32_t fa[4][4], fb[4][4];
   if constexpr (TMA) {
-    if (threadIdx.x == 0) {
-#pragma unroll
-      for (int s = 0; s < kS; ++s) mbar_init(bars + 8 * s, 1);
-      fence_mbarrier_init();
-      fence_proxy_async();
-    }
-    __syncthreads();
+    init_stage_barriers<kS>(bars);
     if (threadIdx.x == 0) {
       for (int s = 0; s < kS - 1 && s < nk; ++s) load(smem + s * kStageBytes, s, bars + 8 * s);
     }

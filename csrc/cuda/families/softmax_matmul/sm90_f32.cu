@@ -456,13 +456,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
 #pragma unroll
     for (int r = 0; r < 64; ++r) acc[i][r] = 0.f;
 
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < kS; ++s) mbar_init(bars + 8 * s, 1);
-    fence_mbarrier_init();
-    fence_proxy_async();
-  }
-  __syncthreads();
+  init_stage_barriers<kS>(bars);
   if (tid == 0)
     for (int s = 0; s < kS && s < nk; ++s) issue(s);
   mbar_wait(bars, 0);

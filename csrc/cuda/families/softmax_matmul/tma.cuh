@@ -43,6 +43,19 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t phase) {
       "r"(phase)
       : "memory");
 }
+// kStages mbarriers at bars, 8 bytes apart, one arrival each: initialised by
+// thread 0, visible to every thread and to the async proxy once the
+// block-wide barrier this ends with is passed.
+template <int kStages>
+__device__ __forceinline__ void init_stage_barriers(uint32_t bars) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mbar_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+    fence_proxy_async();
+  }
+  __syncthreads();
+}
 // A 3-d box of `map` at (c0 innermost, c1, c2) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                             uint32_t bar) {
