@@ -86,6 +86,7 @@ def other_ops():
                     ((3, 5, 17), 3, False)]
         if dtype == torch.float32:
             mm_cases.append(((2, 130, 520), 264, True))
+        tf32_before = torch.backends.cuda.matmul.allow_tf32
         for shape_x, d3, allow_tf32 in mm_cases:
             x64 = torch.randn(*shape_x, generator=gen, dtype=torch.float64) * 3
             v64 = torch.randn(*shape_x[:-2], shape_x[-1], d3, generator=gen, dtype=torch.float64)
@@ -98,7 +99,7 @@ def other_ops():
             xr, vr = x.detach().double().cpu().requires_grad_(), v.detach().double().cpu().requires_grad_()
             ref = torch.softmax(xr, -1) @ vr
             ref.backward(g.double().cpu())
-            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = tf32_before
             what = f"softmax_matmul {dtype} {shape_x} d3={d3}" + (" tf32" if allow_tf32 else "")
             tol_dtype = torch.bfloat16 if allow_tf32 else dtype
             bad += mismatches(out.detach(), ref.detach(), tol_dtype, what)
