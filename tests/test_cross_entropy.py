@@ -509,6 +509,38 @@ def test_cuda_compile_inductor():
 def test_cuda_plan():
     x = torch.randn(4, 32000, device="cuda", dtype=torch.bfloat16)
     assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.bf16"
+    # few long 16-bit rows: a cluster of two blocks a row (sm_90)
+    x = torch.randn(4, 128256, device="cuda", dtype=torch.bfloat16)
+    clusters = torch.cuda.get_device_capability() >= (9, 0)
+    expected = "cuda.ce_cluster2.bf16" if clusters else "cuda.ce_block_per_row.bf16"
+    assert softmax_ext.plan(x, kind="cross_entropy").kernel == expected
+    assert softmax_ext.plan(x, kind="cross_entropy", backward=True).kernel == "cuda.ce_block_per_row_backward.bf16"
+    x = torch.randn(4, 128256, device="cuda", dtype=torch.float32)
+    assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.f32"
+
+
+@requires_cuda
+@pytest.mark.parametrize("split", [2, 3, 8])
+def test_cuda_rows_split(monkeypatch, split):
+    """Rows over several blocks (SOFTMAX_EXT_CE_SPLIT forces it): the
+    forward's clusters exchanging the row's statistics, the fused forward's
+    gradient written by each block for its classes, the backward's parts;
+    every reduction and configuration, class counts that split unevenly,
+    rows off 16-byte boundaries."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    monkeypatch.setenv("SOFTMAX_EXT_CE_SPLIT", str(split))
+    for i, (dtype, classes) in enumerate([(torch.bfloat16, 50257), (torch.float32, 5003), (torch.float16, 4099)]):
+        plan = softmax_ext.plan(torch.empty(3, classes, device="cuda", dtype=dtype), kind="cross_entropy")
+        assert plan.kernel.startswith(f"cuda.ce_cluster{split}."), plan.kernel
+        for reduction in ("mean", "sum", "none"):
+            for config, cfg in CONFIGS.items():
+                x, t, w = _inputs(6, classes + 1, dtype, "cuda", seed=90 + i, ignore=cfg.get("ignore", False),
+                                  weight=cfg.get("weight", False))
+                x, t = x[:, 1:], t.clamp(max=classes - 1)  # rows start off 16-byte boundaries
+                w = w[1:] if w is not None else None
+                _check(x, t, w, reduction, cfg.get("label_smoothing", 0.0), dtype,
+                       f"split {split} {dtype} {reduction} {config}")
 
 
 @requires_cuda

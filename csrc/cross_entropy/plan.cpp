@@ -5,6 +5,7 @@
 
 #include "cross_entropy/plan.h"
 
+#include "plan/family.h"
 #include "plan/problem.h"
 
 #include <c10/util/Exception.h>
@@ -64,13 +65,44 @@ static int cuda_threads(const CeProblem& p, bool backward) {
 // of 16-bit rows up to 128 KB, 100 KB of wider ones, 200 KB of rows above
 // 128 KB (one block an SM). SOFTMAX_EXT_CE_STAGE_KB overrides the bytes
 // per block (A/B runs).
-static int64_t cuda_stage_bytes(const CeProblem& p) {
+static int64_t cuda_stage_bytes(const CeProblem& p, int64_t chunk) {
   int64_t budget = row_bytes(p) > kSmallFusedRow     ? 200 * 1024
                    : c10::elementSize(p.dtype) == 2 ? 24 * 1024
                                                     : 100 * 1024;
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_STAGE_KB")) budget = std::atoi(env) * int64_t{1024};
   budget = std::clamp<int64_t>(budget, 0, kMaxStageBytes);
-  return std::min((row_bytes(p) + 15) / 16 * 16, budget / 16 * 16);
+  const int64_t chunk_bytes = chunk * static_cast<int64_t>(c10::elementSize(p.dtype));
+  return std::min((chunk_bytes + 15) / 16 * 16, budget / 16 * 16);
+}
+
+// Rows split over two blocks (CUDA, 16-bit logits). The forward's pair is
+// a thread-block cluster (sm_90) that exchanges the row's statistics; the
+// backward needs no exchange. (The measurements behind the choice:
+// docs/cross_entropy.md, "Rows over two blocks".)
+// - The fused forward, rows over 32 KB up to 128 KB (16k-64k classes):
+//   a block stages 24 KB of its row for the gradient pass, so two blocks
+//   a row read a quarter of a 64 KB row again (L2, or memory) instead of
+//   five eighths.
+// - The plain forward, rows of 96 KB and more where the rows fill at most
+//   one wave of the 128-thread blocks (16 an SM): a block a row leaves the
+//   grid's second, partial wave to a few long rows, each with only its own
+//   loads in flight.
+// SOFTMAX_EXT_CE_SPLIT=<blocks a row, 1-8> overrides the choice (A/B runs).
+static int cuda_row_split(const CeProblem& p, bool backward) {
+  if (c10::elementSize(p.dtype) != 2 && std::getenv("SOFTMAX_EXT_CE_SPLIT") == nullptr) return 1;
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  const DeviceFacts& device = cuda::device_facts(p.device_index);
+  const int most = backward ? kMaxRowSplit : std::min(device.max_cluster, kMaxRowSplit);
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_SPLIT"))
+    return p.dtype == c10::ScalarType::Double ? 1 : std::clamp(std::atoi(env), 1, most);
+  if (backward || most < 2) return 1;
+  const int64_t bytes = row_bytes(p);
+  if (p.fused_grad) return bytes > 32 * 1024 && bytes <= kSmallFusedRow ? 2 : 1;
+  return bytes >= 96 * 1024 && p.rows <= int64_t{16} * device.sms ? 2 : 1;
+#else
+  (void)backward;
+  return 1;
+#endif
 }
 
 CePlan select_ce(const CeProblem& problem, bool backward) {
@@ -80,11 +112,17 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
   if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
     plan.threads = cuda_threads(problem, backward);
-    if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem);
-    plan.kernel = std::string(backward             ? "cuda.ce_block_per_row_backward."
-                              : problem.fused_grad ? "cuda.ce_block_per_row_fused_grad."
-                                                   : "cuda.ce_block_per_row.") +
-                  tag;
+    plan.row_split = cuda_row_split(problem, backward);
+    if (!backward && plan.row_split > 1) plan.threads = 128;  // the cluster kernel's block
+    // chunks of whole 16-byte packs
+    plan.chunk = (problem.classes + plan.row_split - 1) / plan.row_split;
+    plan.chunk = (plan.chunk + 7) / 8 * 8;
+    plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
+    if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem, plan.chunk);
+    const std::string shape = plan.row_split > 1 ? (backward ? "cuda.ce_split" : "cuda.ce_cluster") +
+                                                       std::to_string(plan.row_split)
+                                                 : std::string("cuda.ce_block_per_row");
+    plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;
     plan.kernel = std::string(backward             ? "cpu.ce_rows_backward."

@@ -55,7 +55,9 @@ struct CeProblem {
 
 // The most shared memory the fused forward stages a row in: what a block
 // may have on sm_90 (227 KB), less the kernel's static reduction scratch.
-constexpr int64_t kMaxStageBytes = 227 * 1024 - 1024;
+constexpr int64_t kMaxStageBytes = 227 * 1024 - 2048;
+// The most blocks a row is split over (the portable cluster size).
+constexpr int kMaxRowSplit = 8;
 
 enum class CeFamily : uint8_t {
   kCpuRows,   // at::parallel_for over rows, Vectorized max / exp-sum / gradient
@@ -68,6 +70,11 @@ struct CePlan {
   std::string kernel;      // stable name, e.g. "cuda.ce_block_per_row.bf16"
   int threads = 0;         // CUDA: threads per block
   int64_t stage_bytes = 0; // CUDA fused forward: bytes of each row kept in shared memory
+  // CUDA: blocks that share each row, `chunk` classes each (the forward: a
+  // thread-block cluster exchanging the row's statistics; the backward:
+  // independent blocks); 1: a block a row.
+  int row_split = 1;
+  int64_t chunk = 0;
   int64_t workspace_bytes = 0;
 };
 

@@ -1,13 +1,27 @@
 // persistent_clusters (launch.cuh): the occupancy of a persistent launch,
-// queried once per device, kernel and shape.
+// queried once per device, kernel and shape; allow_dynamic_shared: the
+// shared memory opt-in, set once per device and kernel.
 
 #include "cuda/core/launch.cuh"
 
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 namespace softmax_ext::cuda {
+
+void allow_dynamic_shared(const void* kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  size_t& limit = allowed[{device, kernel}];
+  if (bytes <= limit) return;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  limit = bytes;
+}
 
 int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config) {
   using Key = std::tuple<int, const void*, unsigned, size_t, unsigned>;

@@ -89,6 +89,16 @@ struct CooperativeLaunch {
 // happen once per device, kernel and shape, not on every launch (launch.cu).
 int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device
+// (cudaFuncAttributeMaxDynamicSharedMemorySize), once per device and kernel
+// and only ever raising the limit: later launches find it in a cache
+// instead of calling the driver again.
+void allow_dynamic_shared(const void* kernel, size_t bytes);
+template <typename... Params>
+void allow_dynamic_shared(void (*kernel)(Params...), size_t bytes) {
+  allow_dynamic_shared(reinterpret_cast<const void*>(kernel), bytes);
+}
+
 // Dynamic shared memory a kernel takes without opting in to more
 // (cudaFuncAttributeMaxDynamicSharedMemorySize, which persistent launches
 // set).

@@ -27,8 +27,10 @@
 // nll_loss.
 
 #include "cross_entropy/plan.h"
+#include "cuda/core/cluster.cuh"
 #include "cuda/core/dispatch.cuh"
 #include "cuda/core/grid.h"
+#include "cuda/core/launch.cuh"
 #include "cuda/core/reduce.cuh"
 #include "cuda/core/vector_io.cuh"
 
@@ -48,6 +50,58 @@ using cuda::NanMax;
 using cuda::Pack;
 
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+
+// The exp of the 16-bit kernels: the hardware exp2 of x * log2(e), like
+// __expf, but with subnormal results flushed to zero (ex2.approx.ftz), which
+// spares __expf's range fix-up (a compare and two multiplies an element).
+// exp(x - max) below 2^-126 is nothing beside the row's largest term, 1,
+// and a probability that small is zero to a 16-bit gradient's 8-11 bits
+// but for bf16's subnormals, which torch's gradient may keep. float32 and
+// float64 logits keep the accurate exp.
+struct FtzExp {
+  __device__ static __forceinline__ float exp(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.44269504088896340736f));
+    return r;
+  }
+};
+template <typename T>
+using ce_exp_t = std::conditional_t<cuda::is_reduced_float_v<T>, FtzExp, cuda::AccurateExp>;
+
+// Word-wise access to a 16-byte pack of 16-bit values: the NaN-propagating
+// max of two pairs in one instruction, and a value of a pair widened to
+// float (bf16: a shift or a mask).
+template <typename T>
+__device__ __forceinline__ uint32_t max2_nan(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, c10::BFloat16>) asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  else asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+template <typename T>
+constexpr uint32_t kNegInfPair = std::is_same_v<T, c10::BFloat16> ? 0xff80ff80u : 0xfc00fc00u;
+template <typename T, int kHigh>
+__device__ __forceinline__ float pair_value(uint32_t w) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return __uint_as_float(kHigh ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(kHigh ? w >> 16 : w & 0xffffu)));
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack_word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+// Element e (unrolled: a constant) of a pack, widened to the accumulator.
+template <typename T, int P>
+__device__ __forceinline__ acc_type<T> pack_value(const Pack<T, P>& pk, int e) {
+  if constexpr (cuda::is_reduced_float_v<T> && Pack<T, P>::kBytes == cuda::kVectorBytes) {
+    const uint32_t w = pack_word<T>(pk.raw[0], e / 2);
+    return e % 2 ? pair_value<T, 1>(w) : pair_value<T, 0>(w);
+  } else {
+    return cuda::convert<acc_type<T>>(pk.v[e]);
+  }
+}
 
 template <typename T>
 struct Row {
@@ -86,6 +140,8 @@ struct ForwardArgs {
   const acc_t* total_weight;  // fused mean: the divisor (computed first)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
   int64_t stage_packs;  // fused: packs of each row kept in shared memory
+  int64_t chunk;        // kCluster: the classes of each block of a row's cluster
+  int cluster;          // kCluster: blocks a row (the launch's cluster size)
   acc_t eps, eps_c;
 };
 
@@ -93,22 +149,36 @@ struct ForwardArgs {
 // running sum is rescaled at most once a chunk. The chunk's values are read
 // twice (max, then exp) and converted each time, which costs less than
 // holding them all in float32 registers.
+// 16-bit packs are read word by word: the chunk's max two values an
+// instruction, each value widened once, for its exp.
 template <typename T>
 struct Online {
   using acc_t = acc_type<T>;
-  using Exp = cuda::exp_policy_t<T>;
+  using Exp = ce_exp_t<T>;
   acc_t m = cuda::neg_infinity<acc_t>();
   acc_t s = 0;
   // The first `live` of the U packs pk (live = U for every full chunk).
   template <int U, int P>
   __device__ __forceinline__ void add(const Pack<T, P> (&pk)[U], int live = U) {
+    constexpr bool kWords = cuda::is_reduced_float_v<T> && Pack<T, P>::kBytes == cuda::kVectorBytes;
     acc_t cm = m;
+    if constexpr (kWords) {
+      uint32_t w = kNegInfPair<T>;
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (u < live) {
+      for (int u = 0; u < U; ++u)
+        if (u < live) {
 #pragma unroll
-        for (int e = 0; e < P; ++e) cm = NanMax{}(cm, cuda::convert<acc_t>(pk[u].v[e]));
-      }
+          for (int i = 0; i < 4; ++i) w = max2_nan<T>(w, pack_word<T>(pk[u].raw[0], i));
+        }
+      cm = NanMax{}(cm, NanMax{}(pair_value<T, 0>(w), pair_value<T, 1>(w)));
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < live) {
+#pragma unroll
+          for (int e = 0; e < P; ++e) cm = NanMax{}(cm, cuda::convert<acc_t>(pk[u].v[e]));
+        }
+    }
     if (cm != m) {  // a larger max (or NaN): rescale what is summed so far
       s = s * Exp::exp(m - cm);
       m = cm;
@@ -117,8 +187,17 @@ struct Online {
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (u < live) {
+        if constexpr (kWords) {
 #pragma unroll
-        for (int e = 0; e < P; ++e) s += Exp::exp(cuda::convert<acc_t>(pk[u].v[e]) - m);
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t w = pack_word<T>(pk[u].raw[0], i);
+            s += Exp::exp(pair_value<T, 0>(w) - m);
+            s += Exp::exp(pair_value<T, 1>(w) - m);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < P; ++e) s += Exp::exp(cuda::convert<acc_t>(pk[u].v[e]) - m);
+        }
       }
   }
 };
@@ -169,10 +248,14 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
                                                acc_type<T> lse, const uint4* stage = nullptr,
                                                int64_t staged = 0) {
   using acc_t = acc_type<T>;
-  using Exp = cuda::exp_policy_t<T>;
+  using Exp = ce_exp_t<T>;
   constexpr int P = kPack<T>;
+  // dx_j without the true class's term, which value() adds
+  auto other = [&](acc_t v, int64_t j) {
+    return cuda_fma(k.ca, Exp::exp(v - lse), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
+  };
   auto value = [&](acc_t v, int64_t j) {
-    const acc_t d = cuda_fma(k.ca, Exp::exp(v - lse), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
+    const acc_t d = other(v, j);
     return j == t ? d - k.cb : d;
   };
   const bool same_shift = (reinterpret_cast<uintptr_t>(x) - reinterpret_cast<uintptr_t>(g)) % cuda::kVectorBytes == 0;
@@ -202,10 +285,16 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t kk = k0 + int64_t{u} * kThreads;
       if (kk < r.packs) {
+        const int64_t j0 = r.head + kk * P;
+        // the true class's offset in this pack (a 32-bit compare an element)
+        const int64_t off64 = t - j0;
+        const int off = static_cast<uint64_t>(off64) < static_cast<uint64_t>(P) ? static_cast<int>(off64) : -1;
         Pack<T, P> out;
 #pragma unroll
-        for (int e = 0; e < P; ++e)
-          out.v[e] = cuda::convert<T>(value(cuda::convert<acc_t>(pk[u].v[e]), r.head + kk * P + e));
+        for (int e = 0; e < P; ++e) {
+          const acc_t d = other(pack_value(pk[u], e), j0 + e);
+          out.v[e] = cuda::convert<T>(e == off ? d - k.cb : d);
+        }
         out.store(gb + kk * P);
       }
     }
@@ -217,39 +306,66 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // second time while it is still in L2; the backward then only scales it
 // (ce_grad_scale_kernel). One read from memory and one write in all,
 // against the unfused pair's two reads and one write.
-template <typename T, int kThreads, bool kSmooth, bool kGrad>
+//
+// kCluster: a cluster of a.cluster blocks takes each row, block r the
+// classes [r * a.chunk, (r + 1) * a.chunk); the blocks exchange their
+// (max, sum) (and the smoothing sum) through distributed shared memory
+// (cuda/core/cluster.cuh, fixed order), so each knows the row's lse and
+// writes its own classes' gradient, staged whole in its shared memory. A
+// row then is a.cluster small units of work instead of one large one: few
+// rows fill every SM evenly, and no block waits alone for a long row in
+// the grid's last wave. Rank 0 writes the row's loss and lse.
+template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster>
 __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
   __shared__ acc_t scratch_s[cuda::kWarpSize];
   extern __shared__ uint4 stage[];  // kGrad: the row's first a.stage_packs packs
+  // kCluster: the exchange of the blocks' partials
+  __shared__ cuda::ClusterExchange<cuda::MaxSum<acc_t>> exchange;
+  __shared__ cuda::ClusterExchange<acc_t> exchange_s;
+  __shared__ cuda::MaxSum<acc_t> combined;
+  __shared__ acc_t combined_s;
+  const int cluster = kCluster ? a.cluster : 1;
+  unsigned round = 0;
+  if constexpr (kCluster) {
+    cuda::cluster_exchange_init(exchange);
+    if constexpr (kSmooth) cuda::cluster_exchange_init(exchange_s);
+  }
+  const unsigned rank = kCluster ? cuda::cluster_rank() : 0;
+  // this block's classes of each row: [c0, c0 + n)
+  const int64_t c0 = kCluster ? rank * a.chunk : 0;
+  const int64_t n = kCluster ? max(int64_t{0}, min(a.chunk, a.classes - c0)) : a.classes;
+  const acc_t* weight = a.weight != nullptr ? a.weight + c0 : nullptr;
   // The gradient's row scale: 1 / total_weight (mean) or 1 (sum).
   const acc_t grad_scale = kGrad && a.total_weight != nullptr ? acc_t(1) / *a.total_weight : acc_t(1);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  const cuda::ClusterRowLoop loop{cluster};
+  for (int64_t row = loop.start(); row < a.rows; row += loop.step()) {
     const int64_t t = load_target(a.target64, a.target32, row);
     if (t == a.ignore_index) {
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == 0 && rank == 0) {
         a.lse[row] = 0;
         if (a.loss_none != nullptr) a.loss_none[row] = T(0.0f);
         else a.row_loss[row] = 0;
       }
-      if constexpr (kGrad) zero_row(a.grad + row * a.grad_row_stride, a.classes, kThreads);
+      if constexpr (kGrad) zero_row(a.grad + row * a.grad_row_stride + c0, n, kThreads);
       continue;
     }
     CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
-    const T* x = a.logits + row * a.row_stride;
-    // Thread 0's target logit, loaded first so it lands while the row streams.
-    const acc_t xt = threadIdx.x == 0 ? cuda::convert<acc_t>(x[t]) : acc_t(0);
-    const Row<T> r = split_row(x, a.classes);
+    const T* x_row = a.logits + row * a.row_stride;
+    const T* x = x_row + c0;
+    // The target logit (rank 0's thread 0), loaded first so it lands while the row streams.
+    const acc_t xt = threadIdx.x == 0 && rank == 0 ? cuda::convert<acc_t>(x_row[t]) : acc_t(0);
+    const Row<T> r = split_row(x, n);
     Online<T> on;
     acc_t sx = 0;
     auto smooth_term = [&](acc_t v, int64_t j) {
-      if constexpr (kSmooth) sx += a.weight != nullptr ? a.weight[j] * v : v;
+      if constexpr (kSmooth) sx += weight != nullptr ? weight[j] * v : v;
     };
     // Scalar head and tail (fewer than a pack each).
     {
-      const int64_t tail = a.classes - r.body_end;
+      const int64_t tail = n - r.body_end;
       int64_t j = -1;
       if (threadIdx.x < r.head) j = threadIdx.x;
       else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
@@ -283,17 +399,27 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
           if (u < live) {
 #pragma unroll
             for (int e = 0; e < P; ++e)
-              smooth_term(cuda::convert<acc_t>(pk[u].v[e]), r.head + (k0 + int64_t{u} * kThreads) * P + e);
+              smooth_term(pack_value(pk[u], e), r.head + (k0 + int64_t{u} * kThreads) * P + e);
           }
       }
     }
-    const cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
-                                                             cuda::empty_stats<acc_t>(), scratch_ms);
+    cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
+                                                       cuda::empty_stats<acc_t>(), scratch_ms);
     if constexpr (kSmooth) sx = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
+    if constexpr (kCluster) {
+      stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
+                                     [](cuda::MaxSum<acc_t> part) {
+                                       return cuda::warp_all_reduce(part, cuda::CombineMaxSum{});
+                                     });
+      if constexpr (kSmooth)
+        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s,
+                                    [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
+      ++round;
+    }
     // One lse for the store and the gradient (a second expression could be
     // contracted otherwise): the backward op then reads the same value.
     const acc_t lse = stats.max + cuda::acc_log(stats.sum);
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && rank == 0) {
       const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
       acc_t loss = (1 - a.eps) * wt * (lse - xt);
       if constexpr (kSmooth) {
@@ -305,20 +431,21 @@ __global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) 
       else a.row_loss[row] = loss;
     }
     if constexpr (kGrad) {
-      T* g = a.grad + row * a.grad_row_stride;
+      T* g = a.grad + row * a.grad_row_stride + c0;
       if (a.weight != nullptr) {
         const acc_t W = a.weight_sum != nullptr ? *a.weight_sum : acc_t(0);
-        write_grad_row<T, kThreads, true>(x, g, a.classes, t, a.weight,
+        write_grad_row<T, kThreads, true>(x, g, n, t - c0, weight,
                                           grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), lse,
                                           stage, a.stage_packs);
       } else {
         write_grad_row<T, kThreads, false>(
-            x, g, a.classes, t, a.weight,
+            x, g, n, t - c0, weight,
             grad_coefficients(grad_scale, acc_t(1), static_cast<acc_t>(a.classes), a.eps, a.eps_c), lse, stage,
             a.stage_packs);
       }
     }
   }
+  if constexpr (kCluster) cuda::cluster_exchange_exit(round);
 }
 
 // One block: the non-ignored targets' total weight and (mean / sum: one of
@@ -361,6 +488,8 @@ struct BackwardArgs {
   const acc_t* total_weight;
   int* grad_one;  // mean / sum: set to whether grad_loss is 1 (grad_one_flag)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
+  int64_t chunk;  // classes of each part of a row
+  int64_t parts;  // blocks a row (each writes `chunk` classes)
   acc_t eps, eps_c;
   bool none, mean;
 };
@@ -372,17 +501,22 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
   if (!a.none && a.grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *a.grad_one = a.grad_loss[0] == acc_t(1);
   const acc_t W = kWeighted ? (a.weight_sum != nullptr ? *a.weight_sum : acc_t(0)) : static_cast<acc_t>(a.classes);
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+  // units of work: part p of row i is unit i * parts + p, classes [p * chunk, (p + 1) * chunk)
+  for (int64_t unit = blockIdx.x; unit < a.rows * a.parts; unit += gridDim.x) {
+    const int64_t row = unit / a.parts;
+    const int64_t c0 = (unit - row * a.parts) * a.chunk;
+    const int64_t n = min(a.chunk, a.classes - c0);
     const int64_t t = load_target(a.target64, a.target32, row);
-    T* g = a.grad + row * a.grad_row_stride;
+    T* g = a.grad + row * a.grad_row_stride + c0;
     if (t == a.ignore_index) {
-      zero_row(g, a.classes, kThreads);
+      zero_row(g, n, kThreads);
       continue;
     }
     CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
     const acc_t s = a.none ? a.grad_loss[row] : scale;
     const acc_t wt = kWeighted ? a.weight[t] : acc_t(1);
-    write_grad_row<T, kThreads, kWeighted>(a.logits + row * a.row_stride, g, a.classes, t, a.weight,
+    write_grad_row<T, kThreads, kWeighted>(a.logits + row * a.row_stride + c0, g, n, t - c0,
+                                           kWeighted ? a.weight + c0 : nullptr,
                                            grad_coefficients(s, wt, W, a.eps, a.eps_c), a.lse[row]);
   }
 }
@@ -469,18 +603,27 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
       a.total_weight = static_cast<const acc_t*>(b.total_weight);
     }
     a.stage_packs = plan.stage_bytes / cuda::kVectorBytes;
-    dispatch_threads(plan.threads, [&](auto threads) {
-      cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
-        cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
-          const auto kernel =
-              ce_forward_kernel<T, decltype(threads)::value, decltype(smooth)::value, decltype(grad)::value>;
-          // Static and dynamic shared memory over 48 KB need the opt-in,
-          // set on the current device (to the most any plan stages).
-          if (plan.stage_bytes > 0)
-            C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(kMaxStageBytes)));
-          kernel<<<cuda::grid_for_rows(p.rows), decltype(threads)::value, plan.stage_bytes, stream>>>(a);
-          C10_CUDA_KERNEL_LAUNCH_CHECK();
+    a.cluster = plan.row_split;
+    a.chunk = plan.chunk;
+    auto launch = [&](auto kernel, int threads) {
+      // Static and dynamic shared memory over 48 KB need the opt-in, set
+      // once on each device (to the most any plan stages).
+      if (plan.stage_bytes > 0) cuda::allow_dynamic_shared(kernel, kMaxStageBytes);
+      // clusters walk the rows like blocks (grid_for_rows of them)
+      const int64_t rows_at_once = std::min<int64_t>(p.rows, cuda::kMaxGridBlocks / plan.row_split);
+      cuda::ClusterLaunch shape(cuda::grid_for_rows(rows_at_once) * plan.row_split, threads, plan.row_split, stream,
+                                static_cast<size_t>(plan.stage_bytes));
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&shape.config, kernel, a));
+    };
+    cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
+      cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
+        constexpr bool kSmooth = decltype(smooth)::value, kGrad = decltype(grad)::value;
+        if constexpr (!std::is_same_v<T, double>) {  // clusters of 128-thread blocks (select_ce)
+          if (plan.row_split > 1) return launch(ce_forward_kernel<T, 128, kSmooth, kGrad, true>, 128);
+        }
+        dispatch_threads(plan.threads, [&](auto threads) {
+          constexpr int kThreads = decltype(threads)::value;
+          launch(ce_forward_kernel<T, kThreads, kSmooth, kGrad, false>, kThreads);
         });
       });
     });
@@ -508,10 +651,12 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     a.none = p.reduction == Reduction::None;
     a.mean = p.reduction == Reduction::Mean;
     a.grad_one = static_cast<int*>(b.grad_one);
+    a.parts = plan.row_split;
+    a.chunk = plan.row_split > 1 ? plan.chunk : p.classes;
     dispatch_threads(plan.threads, [&](auto threads) {
       cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
         ce_backward_kernel<T, decltype(threads)::value, decltype(weighted)::value>
-            <<<cuda::grid_for_rows(p.rows), decltype(threads)::value, 0, stream>>>(a);
+            <<<cuda::grid_for_rows(p.rows * a.parts), decltype(threads)::value, 0, stream>>>(a);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       });
     });

@@ -394,7 +394,7 @@ void launch(const Args& a) {
   auto* kernel = &smm_forward_kernel<T, BN, MODE, WARPS>;
   constexpr int smem = 2 * C::kStageBytes;
   if constexpr (smem > 48 * 1024) {  // opt in (on the current device) to more than 48 KiB
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    softmax_ext::cuda::allow_dynamic_shared(kernel, smem);
   }
   const int64_t es = sizeof(T);
   const bool x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_row_stride * es) % 16 == 0 &&

@@ -601,7 +601,7 @@ bool launch_f32_vt(const Args& a) {
                      CU_TENSOR_MAP_SWIZZLE_NONE))
     return false;
   auto* kernel = &smm_wgmma_f32_vt_kernel<MI, SPLIT>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128);
   softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
@@ -614,7 +614,7 @@ template <int BN, bool SPLIT>
 void launch_f32(const Args& a) {
   using C = F32Cfg<BN, SPLIT>;
   auto* kernel = &smm_wgmma_f32_kernel<BN, SPLIT>;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + 127) / 128);
   softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
