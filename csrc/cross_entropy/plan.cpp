@@ -40,7 +40,8 @@ std::string CeProblem::to_string() const {
 // (cuda/families/cross_entropy/kernels.cu). The forward block ends every row with a block
 // reduction, during which it has no loads in flight: 16-bit forward rows
 // take 128 threads, so more rows (blocks) share an SM and cover each
-// other's reductions; f32 and f64 rows, twice the bytes a row, take 512.
+// other's reductions; f32 rows up to 128 KB take 256 (as in the fused
+// forward: the two then give the same lse bits), wider rows 512.
 // The backward has no reduction and takes 512. Rows under 4096 classes take
 // 128 threads so a block is not mostly idle. (The measurements behind the
 // choice: docs/cross_entropy.md.)
@@ -57,6 +58,7 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   if (backward) return 512;
   if (p.fused_grad && row_bytes(p) <= kSmallFusedRow) return c10::elementSize(p.dtype) == 2 ? 128 : 256;
   if (p.fused_grad) return 512;
+  if (c10::elementSize(p.dtype) == 4 && row_bytes(p) <= kSmallFusedRow) return 256;
   return c10::elementSize(p.dtype) == 2 ? 128 : 512;
 }
 
@@ -83,10 +85,10 @@ static int64_t cuda_stage_bytes(const CeProblem& p, int64_t chunk) {
 //   a block stages 24 KB of its row for the gradient pass, so two blocks
 //   a row read a quarter of a 64 KB row again (L2, or memory) instead of
 //   five eighths.
-// - The plain forward, rows of 96 KB and more where the rows fill at most
-//   one wave of the 128-thread blocks (16 an SM): a block a row leaves the
-//   grid's second, partial wave to a few long rows, each with only its own
-//   loads in flight.
+// - The plain forward, rows over 128 KB (64k+ classes) where the rows fill
+//   at most one wave of the 128-thread blocks (16 an SM): a block a row
+//   leaves the grid's second, partial wave to a few long rows, each with
+//   only its own loads in flight. (Shorter rows gain nothing from it.)
 // SOFTMAX_EXT_CE_SPLIT=<blocks a row, 1-8> overrides the choice (A/B runs).
 static int cuda_row_split(const CeProblem& p, bool backward) {
   if (c10::elementSize(p.dtype) != 2 && std::getenv("SOFTMAX_EXT_CE_SPLIT") == nullptr) return 1;
@@ -98,7 +100,7 @@ static int cuda_row_split(const CeProblem& p, bool backward) {
   if (backward || most < 2) return 1;
   const int64_t bytes = row_bytes(p);
   if (p.fused_grad) return bytes > 32 * 1024 && bytes <= kSmallFusedRow ? 2 : 1;
-  return bytes >= 96 * 1024 && p.rows <= int64_t{16} * device.sms ? 2 : 1;
+  return bytes > kSmallFusedRow && p.rows <= int64_t{16} * device.sms ? 2 : 1;
 #else
   (void)backward;
   return 1;

@@ -316,7 +316,7 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // rows fill every SM evenly, and no block waits alone for a long row in
 // the grid's last wave. Rank 0 writes the row's loss and lse.
 template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster>
-__global__ void __launch_bounds__(kThreads) ce_forward_kernel(ForwardArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12) : 1) ce_forward_kernel(ForwardArgs<T> a) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
