@@ -33,6 +33,8 @@ import torch.nn.functional as F
 
 import softmax_ext
 
+from .bench_softmax import cuda_events_ms
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 VOCABS = [32000, 50257, 128256, 151936, 262144]
 TOKENS = [4096, 16384, 8192, 2048]  # in the order run (with --budget-s, the first ones)
@@ -40,27 +42,9 @@ DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
 MAX_BYTES = 8 << 30  # logits per case (torch eager also holds an (N, C) log-softmax and gradient)
 
 
-_evict = None
-
-
 def do_bench(fn, reps=40):
     """Median ms of `reps` calls of fn, each after an L2 eviction by a read."""
-    global _evict
-    if _evict is None:
-        _evict = torch.empty(64 << 20, device="cuda", dtype=torch.float32)
-    for _ in range(3):
-        fn()
-    events = []
-    for _ in range(reps):
-        _evict.sum()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in events)
-    return times[len(times) // 2]
+    return cuda_events_ms(fn, reps, evict_by_read=True)
 
 
 def copy_gbs():

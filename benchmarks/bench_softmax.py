@@ -132,13 +132,20 @@ def median_ms(fn, device, reps=30):
     return statistics.median(times)
 
 
-def cuda_events_ms(fn, reps):
+def cuda_events_ms(fn, reps, evict_by_read=False):
+    """Median ms of `reps` calls of fn (CUDA events), each after evicting L2
+    by writing a 256 MB buffer (zero_), or, with evict_by_read, by reading
+    it: a read leaves no dirty lines whose write-back would fall on fn."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # evicts L2 between runs
+    flush_words = flush.view(torch.float32)
     for _ in range(3):
         fn()
     times = []
     for _ in range(reps):
-        flush.zero_()
+        if evict_by_read:
+            flush_words.sum()
+        else:
+            flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
