@@ -140,8 +140,8 @@ def cuda_events_ms(fn, reps, evict_by_read=False):
     flush_words = flush.view(torch.float32)
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(reps):
+    events = []
+    for _ in range(reps):  # queued back to back, as triton's do_bench does; one synchronisation at the end
         if evict_by_read:
             flush_words.sum()
         else:
@@ -150,9 +150,9 @@ def cuda_events_ms(fn, reps, evict_by_read=False):
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def copy_gbs(device, nbytes):
