@@ -327,6 +327,9 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
   __shared__ cuda::ClusterExchange<acc_t> exchange_s;
   __shared__ cuda::MaxSum<acc_t> combined;
   __shared__ acc_t combined_s;
+  // 16-byte loads in flight per thread: 8 for the 16-bit rows of the plain
+  // forward (its registers hold them), else kUnroll
+  constexpr int kU = !kGrad && !kCluster && cuda::is_reduced_float_v<T> ? 8 : kUnroll;
   const int cluster = kCluster ? a.cluster : 1;
   unsigned round = 0;
   if constexpr (kCluster) {
@@ -376,18 +379,18 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
         smooth_term(cuda::convert<acc_t>(x[j]), j);
       }
     }
-    // The body: kUnroll packs in flight per thread, folded in as one chunk.
+    // The body: kU packs in flight per thread, folded in as one chunk.
     const T* body = x + r.head;
-    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kUnroll) {
+    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
       // packs of this chunk in range (every one but in the row's last chunk)
-      const int live = static_cast<int>(min(int64_t{kUnroll}, (r.packs - k0 + kThreads - 1) / kThreads));
-      Pack<T, P> pk[kUnroll];
+      const int live = static_cast<int>(min(int64_t{kU}, (r.packs - k0 + kThreads - 1) / kThreads));
+      Pack<T, P> pk[kU];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < kU; ++u)
         if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
       if constexpr (kGrad) {  // kept for the gradient pass (each thread its own packs)
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < kU; ++u) {
           const int64_t kk = k0 + int64_t{u} * kThreads;
           if (u < live && kk < a.stage_packs) stage[kk] = pk[u].raw[0];
         }
@@ -395,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       on.add(pk, live);
       if constexpr (kSmooth) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kU; ++u)
           if (u < live) {
 #pragma unroll
             for (int e = 0; e < P; ++e)
