@@ -1,6 +1,9 @@
 // CUDA kernels of the fused cross-entropy: a block per row of vocabulary
-// size, streaming the row once with 16-byte vector loads (Pack, core/vector_io.cuh)
-// and four loads in flight per thread.
+// size (or a cluster of blocks, below), streaming the row once with 16-byte
+// vector loads (Pack, core/vector_io.cuh), four in flight per thread (eight
+// in the plain forward of 16-bit rows). 16-bit rows are read a 32-bit word
+// at a time (two values an instruction for the max, one widening a value)
+// with an ftz exp2 (FtzExp).
 //
 // Forward: an online max / exp-sum per thread (the sum rescaled only when a
 // pack raises the thread's max), then one block reduction of the (max, sum)
@@ -22,6 +25,11 @@
 // row's start from shared memory (staged by the same threads in the first
 // pass) and the rest again from global memory (L2); ce_grad_scale_kernel
 // is its backward.
+//
+// Rows split (CePlan::row_split > 1): the forward's blocks of a row form a
+// thread-block cluster and exchange their partial statistics through
+// distributed shared memory (kCluster); the backward's parts of a row need
+// no exchange and are independent blocks.
 //
 // Out-of-range targets are a device-side assert, as in torch's own CUDA
 // nll_loss.
