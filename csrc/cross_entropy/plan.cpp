@@ -36,7 +36,8 @@ std::string CeProblem::to_string() const {
   return s.str();
 }
 
-// CUDA: a block per row; each thread keeps four 16-byte loads in flight
+// CUDA: a block per row (or two, cuda_row_split); each thread keeps four
+// 16-byte loads in flight, eight in the plain 16-bit forward
 // (cuda/families/cross_entropy/kernels.cu). The forward block ends every row with a block
 // reduction, during which it has no loads in flight: 16-bit forward rows
 // take 128 threads, so more rows (blocks) share an SM and cover each
@@ -47,8 +48,9 @@ std::string CeProblem::to_string() const {
 // choice: docs/cross_entropy.md.)
 // SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (A/B runs).
 // The fused forward (forward and gradient in one block per row) takes, for
-// rows up to 128 KB, 128 threads of 16-bit rows (the plain forward's block,
-// so both give the same lse bits) and 256 of wider ones, and 512 above.
+// rows up to 128 KB, 128 threads of 16-bit rows (the plain forward's block;
+// rows over 32 KB go to a cluster of two such blocks) and 256 of wider
+// ones, and 512 above.
 static int cuda_threads(const CeProblem& p, bool backward) {
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
     const int v = std::atoi(env);
