@@ -96,7 +96,6 @@ __device__ __forceinline__ float pair_value(uint32_t w) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(kHigh ? w >> 16 : w & 0xffffu)));
   }
 }
-template <typename T>
 __device__ __forceinline__ uint32_t pack_word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
@@ -104,7 +103,7 @@ __device__ __forceinline__ uint32_t pack_word(const uint4& v, int i) {
 template <typename T, int P>
 __device__ __forceinline__ acc_type<T> pack_value(const Pack<T, P>& pk, int e) {
   if constexpr (cuda::is_reduced_float_v<T> && Pack<T, P>::kBytes == cuda::kVectorBytes) {
-    const uint32_t w = pack_word<T>(pk.raw[0], e / 2);
+    const uint32_t w = pack_word(pk.raw[0], e / 2);
     return e % 2 ? pair_value<T, 1>(w) : pair_value<T, 0>(w);
   } else {
     return cuda::convert<acc_type<T>>(pk.v[e]);
@@ -176,7 +175,7 @@ struct Online {
       for (int u = 0; u < U; ++u)
         if (u < live) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) w = max2_nan<T>(w, pack_word<T>(pk[u].raw[0], i));
+          for (int i = 0; i < 4; ++i) w = max2_nan<T>(w, pack_word(pk[u].raw[0], i));
         }
       cm = NanMax{}(cm, NanMax{}(pair_value<T, 0>(w), pair_value<T, 1>(w)));
     } else {
@@ -198,7 +197,7 @@ struct Online {
         if constexpr (kWords) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const uint32_t w = pack_word<T>(pk[u].raw[0], i);
+            const uint32_t w = pack_word(pk[u].raw[0], i);
             s += Exp::exp(pair_value<T, 0>(w) - m);
             s += Exp::exp(pair_value<T, 1>(w) - m);
           }
