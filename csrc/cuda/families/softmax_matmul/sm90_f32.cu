@@ -63,6 +63,16 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
   return r;
 }
+// TF32 of f rounded to nearest, ties away from zero, in two integer
+// instructions (cvt.rna.tf32.f32 is three: it also tests for inf / NaN).
+// Equal to cvt.rna for finite values and infinities; a NaN whose 10 top
+// mantissa bits are all set turns into a signed zero, so the V^T kernel
+// uses it only where a NaN also reaches the row's sum (P) or is carried by
+// the small part (3xTF32). wgmma reads a TF32 operand's top 19 bits and
+// ignores the other 13, so a small part passed as it is counts as truncated
+// (docs/tuning/softmax_matmul.md: 9-10 % off the 3xTF32 forward, error
+// against float64 unchanged).
+__device__ __forceinline__ uint32_t to_tf32_rn(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
 
 template <int BN>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
@@ -403,11 +413,11 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     for (int q = 0; q < 4; ++q) {
       uint32_t big[4], small[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; ++e) {  // a NaN P makes the row's l NaN
         const float p = SPLIT ? expf(xr[4 * q + e] - mu) : ex2(fmaf(xr[4 * q + e], kLog2e, -mu * kLog2e));
         sum += p;
-        big[e] = to_tf32(p);
-        if constexpr (SPLIT) small[e] = to_tf32(p - __uint_as_float(big[e]));
+        big[e] = to_tf32_rn(p);
+        if constexpr (SPLIT) small[e] = __float_as_uint(p - __uint_as_float(big[e]));  // truncated by wgmma
       }
       const uint32_t off = pbuf(kt) + sr * 128 + (((2 * q + hh) ^ (sr & 7)) << 4);
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off), "r"(big[0]), "r"(big[1]), "r"(big[2]),
@@ -420,7 +430,9 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     return moved;
   };
 
-  // A fragments of tile kt: a[2 o + h] = V[8 s + t + 4 o][vcol + 2 i + h] (TF32; 3xTF32: big and small).
+  // A fragments of tile kt: a[2 o + h] = V[8 s + t + 4 o][vcol + 2 i + h]: TF32, V rounded by
+  // cvt.rna (to_tf32_rn could lose a NaN of V); 3xTF32: the big part by to_tf32_rn (a NaN's small part
+  // stays NaN) and the small part as it is, truncated by wgmma.
   const int64_t vcol = n0 + wg * (BN / 2) + (8 * w + g) * kV;
   const uint32_t v_lane = C::kXBytes + static_cast<uint32_t>(vcol - n0) * 4;
   using Frags = uint32_t[4][MI][4];
@@ -442,9 +454,13 @@ __global__ void __launch_bounds__(kF32Threads, 1)
         for (int i = 0; i < MI; ++i)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint32_t big = to_tf32(f[2 * i + h]);
-            va[s][i][2 * o + h] = big;
-            if constexpr (SPLIT) vs[s][i][2 * o + h] = to_tf32(f[2 * i + h] - __uint_as_float(big));
+            if constexpr (SPLIT) {
+              const uint32_t big = to_tf32_rn(f[2 * i + h]);
+              va[s][i][2 * o + h] = big;
+              vs[s][i][2 * o + h] = __float_as_uint(f[2 * i + h] - __uint_as_float(big));
+            } else {
+              va[s][i][2 * o + h] = to_tf32(f[2 * i + h]);
+            }
           }
       }
   };
