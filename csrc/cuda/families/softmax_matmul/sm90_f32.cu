@@ -327,24 +327,54 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 // neighbouring columns of d3: one 8- or 16-byte shared load per row of V and
 // k8 half step, one global store per output row. Thread (warpgroup wg, warp
 // w, lane g, t) holds the product's rows 64 i + 16 w + g + 8 h (i < MI,
-// h < 2) of its warpgroup: the d3 columns vcol + 2 i + h, vcol = n0 +
-// wg * BN / 2 + (8 w + g) * 2 MI.
+// h < 2) of its warpgroup: the d3 columns vcol + 2 i + h (VtColumns).
 //
-// Loads: x (128 rows x 32 columns, 128-byte swizzled) and V (32 rows x BN
-// columns, row-major) of a d2 tile by TMA (one thread issues, an mbarrier
-// per stage completes), 3 stages. The softmax is split from the product's
-// layout: thread pair (2 r, 2 r + 1) owns row r of the tile, each thread four
-// 16-byte chunks of its 32 columns; P goes (TF32, with its small part for
-// 3xTF32) into a 3-deep ring of K-major 128-byte-swizzled buffers, so a
-// buffer is written only after every warpgroup has waited for the product
-// that read it. When a row's lazy max moves, its scale goes through shared
-// memory to the threads that hold its accumulator column.
+// Loads: x (128 rows x 32 columns) and V (32 rows x BN columns, as BN / 32
+// panels of 32 columns) of a d2 tile by TMA (one thread issues, an mbarrier
+// per stage completes), 3 stages, all in the 128-byte swizzled layout (16-
+// byte chunk c of a 128-byte row r at c ^ (r % 8)). The softmax is split
+// from the product's layout: thread pair (2 r, 2 r + 1) owns row r of the
+// tile, each thread four 16-byte chunks of its 32 columns; P goes (TF32,
+// with its small part for 3xTF32) into a 3-deep ring of K-major 128-byte-
+// swizzled buffers, so a buffer is written only after every warpgroup has
+// waited for the product that read it. When a row's lazy max moves, its
+// scale goes through shared memory to the threads that hold its accumulator
+// column. Shared memory is the kernel's busiest unit, so every per-thread
+// access is free of bank conflicts: the threads of a quarter warp (16-byte
+// accesses; a half warp for 8-byte ones) touch 8 different chunk positions,
+// by the chunk order of the softmax's threads and the columns VtColumns
+// gives each lane.
+// The d3 columns of thread (wg, w, g) in the V^T kernel, relative to the
+// CTA's first: 2 MI of them from vcol, in 32-column panel `panel` of the V
+// tile, 16-byte chunk `chunk`, from byte `byte` of it. The t lanes of a g
+// read four rows of V whose chunk positions differ in their two low bits
+// (the swizzle XORs row % 8 = t + 4 o into the chunk), so the lanes g of one
+// quarter warp (MI = 2: g = 2 k, 2 k + 1) or half warp (MI = 1: g = 4 k ..
+// 4 k + 3) take chunks that differ in bit 2.
+template <int MI>
+struct VtColumns {
+  static_assert(MI == 1 || MI == 2, "128 or 256 columns of d3");
+  int panel, chunk, byte;
+  __device__ __forceinline__ VtColumns(int wg, int w, int g) {
+    if constexpr (MI == 2) {  // a chunk a thread: quarter warp k takes chunks k and k + 4
+      panel = 4 * wg + w;
+      chunk = (g >> 1) | ((g & 1) << 2);
+      byte = 0;
+    } else {  // half a chunk a thread: half warp k takes chunks {2 (w % 2) + k, + 4}
+      panel = 2 * wg + (w >> 1);
+      chunk = 2 * (w & 1) + 4 * ((g >> 1) & 1) + (g >> 2);
+      byte = 8 * (g & 1);
+    }
+  }
+  __device__ __forceinline__ int col() const { return 32 * panel + 4 * chunk + byte / 4; }
+};
+
 template <int MI, bool SPLIT>
 struct VtCfg {
   static constexpr int BN = 128 * MI;
   static constexpr int kStages = 3;                 // load stages and P buffers
   static constexpr int kXBytes = 128 * 128;         // x: 128 rows x 32 columns
-  static constexpr int kVBytes = 32 * BN * 4;       // V: 32 rows x BN columns
+  static constexpr int kVBytes = 32 * BN * 4;       // V: BN / 32 panels of 32 rows x 32 columns
   static constexpr int kLoadBytes = kXBytes + kVBytes;
   static constexpr int kPBytes = 128 * 128;         // P (or its small part): 128 rows x 32 k, K-major
   static constexpr int kPStageBytes = kPBytes * (SPLIT ? 2 : 1);
@@ -384,11 +414,15 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     const uint32_t bar = bars + 8 * (kt % kS);
     mbar_expect_tx(bar, C::kLoadBytes);
     tma_load_3d(stage(kt), &tmx, kt * 32, static_cast<int>(row0), static_cast<int>(b), bar);
-    tma_load_3d(stage(kt) + C::kXBytes, &tmv, static_cast<int>(n0), kt * 32, static_cast<int>(b), bar);
+#pragma unroll
+    for (int p = 0; p < BN / 32; ++p)
+      tma_load_3d(stage(kt) + C::kXBytes + p * 4096, &tmv, static_cast<int>(n0) + 32 * p, kt * 32,
+                  static_cast<int>(b), bar);
   };
 
-  // The softmax: row sr of the tile, chunks 2 q + hh (q < 4) of its 32 columns.
-  const int sr = tid >> 1, hh = tid & 1;
+  // The softmax: row sr of the tile, chunks 2 (q ^ qx) + hh (q < 4) of its 32 columns; the order qx
+  // puts the 8 threads of a quarter warp (rows sr .. sr + 3) on 8 different chunk positions.
+  const int sr = tid >> 1, hh = tid & 1, qx = 2 * (sr & 1);
   float m = -kInf, l = 0.f;
   auto softmax = [&](int kt) {
     float xr[16];
@@ -396,13 +430,13 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     for (int q = 0; q < 4; ++q)
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                    : "=f"(xr[4 * q]), "=f"(xr[4 * q + 1]), "=f"(xr[4 * q + 2]), "=f"(xr[4 * q + 3])
-                   : "r"(stage(kt) + sr * 128 + (((2 * q + hh) ^ (sr & 7)) << 4)));
+                   : "r"(stage(kt) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4)));
     if (kt == tail_from) {  // columns past d2 (zero-filled) count as -inf
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (int64_t{kt} * 32 + 4 * (2 * q + hh) + e >= a.d2) xr[4 * q + e] = -kInf;
+          if (int64_t{kt} * 32 + 4 * (2 * (q ^ qx) + hh) + e >= a.d2) xr[4 * q + e] = -kInf;
     }
     float scale;
     const bool moved = lazy_max<SPLIT, 16, 2>(xr, m, scale);
@@ -419,7 +453,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
         big[e] = to_tf32_rn(p);
         if constexpr (SPLIT) small[e] = __float_as_uint(p - __uint_as_float(big[e]));  // truncated by wgmma
       }
-      const uint32_t off = pbuf(kt) + sr * 128 + (((2 * q + hh) ^ (sr & 7)) << 4);
+      const uint32_t off = pbuf(kt) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4);
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off), "r"(big[0]), "r"(big[1]), "r"(big[2]),
                    "r"(big[3]));
       if constexpr (SPLIT)
@@ -433,8 +467,11 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   // A fragments of tile kt: a[2 o + h] = V[8 s + t + 4 o][vcol + 2 i + h]: TF32, V rounded by
   // cvt.rna (to_tf32_rn could lose a NaN of V); 3xTF32: the big part by to_tf32_rn (a NaN's small part
   // stays NaN) and the small part as it is, truncated by wgmma.
-  const int64_t vcol = n0 + wg * (BN / 2) + (8 * w + g) * kV;
-  const uint32_t v_lane = C::kXBytes + static_cast<uint32_t>(vcol - n0) * 4;
+  const VtColumns<MI> cols(wg, w, g);
+  const int64_t vcol = n0 + cols.col();
+  const uint32_t v_lane = C::kXBytes + cols.panel * 4096 + cols.byte;  // + row r's 128 bytes, chunk position
+  const uint32_t v_chunk[2] = {static_cast<uint32_t>((cols.chunk ^ t) << 4),          // rows 8 s + t
+                               static_cast<uint32_t>((cols.chunk ^ (t + 4)) << 4)};  // rows 8 s + t + 4
   using Frags = uint32_t[4][MI][4];
   using SmallFrags = uint32_t[SPLIT ? 4 : 1][MI][4];
   auto read_v = [&](int kt, Frags& va, SmallFrags& vs) {
@@ -442,7 +479,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     for (int s = 0; s < 4; ++s)
 #pragma unroll
       for (int o = 0; o < 2; ++o) {
-        const uint32_t addr = stage(kt) + v_lane + (8 * s + t + 4 * o) * BN * 4;
+        const uint32_t addr = stage(kt) + v_lane + (8 * s + t + 4 * o) * 128 + v_chunk[o];
         float f[kV];
         if constexpr (kV == 4)
           asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -606,15 +643,14 @@ __global__ void __launch_bounds__(kF32Threads, 1)
 }
 
 // The V^T kernel where both tensor maps can be made (x: boxes of 32 columns
-// x 128 rows, 128-byte swizzle; V: BN columns x 32 rows, no swizzle); false
+// x 128 rows, V: 32 columns x 32 rows, 128-byte swizzle); false
 // otherwise (the caller then takes the transposing kernel, by cp.async).
 template <int MI, bool SPLIT>
 bool launch_f32_vt(const Args& a) {
   using C = VtCfg<MI, SPLIT>;
   CUtensorMap tmx{}, tmv{};
   if (!map_3d<float>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 128) ||
-      !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, C::BN, 32,
-                     CU_TENSOR_MAP_SWIZZLE_NONE))
+      !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 32))
     return false;
   auto* kernel = &smm_wgmma_f32_vt_kernel<MI, SPLIT>;
   softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
