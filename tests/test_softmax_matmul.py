@@ -417,6 +417,33 @@ def test_cuda_aligned_f32(allow_tf32, shape):
 
 
 @requires_cuda
+@pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "3xtf32"])
+@pytest.mark.parametrize("shape", [(40, 300, 40, 264), (24, 200, 100, 136), (20, 520, 200, 600), (9, 129, 1000, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_f32_many_tiles(allow_tf32, shape):
+    # The Hopper float32 kernel runs a persistent grid: each CTA takes tile
+    # after tile (here more tiles than CTAs), loading the next tile's first
+    # d2 steps while the last one ends (d2 of two steps, fewer than its three
+    # stages, and of many); every tile starts its running max, sum and
+    # accumulator afresh: batch entries of very different scales, rows of
+    # -inf in later tiles, a growing max
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), torch.float32, "cuda", 62, scale=3.0)
+    x *= torch.linspace(0.1, 20, b, device="cuda").view(b, 1, 1)
+    x[b // 2] += torch.linspace(0, 80, d2, device="cuda")
+    x[-1, -1, :] = -float("inf")
+    x[b // 3, 5, :] = -float("inf")
+    v = randn((b, d2, d3), torch.float32, "cuda", 63)
+    with tf32(allow_tf32):
+        out = check(x, v, "tf32" if allow_tf32 else "3xtf32")
+        assert torch.isnan(out[-1, -1]).all() and torch.isnan(out[b // 3, 5]).all()
+        assert not torch.isnan(out[0]).any() and not torch.isnan(out[-1, :-1]).any()
+        torch.testing.assert_close(softmax_ext.softmax_matmul(x, v), out, rtol=0, atol=0, equal_nan=True)
+        _, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+        torch.testing.assert_close(lse.double(), torch.logsumexp(x.double(), -1), rtol=1e-6, atol=1e-5)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
 def test_cuda_aligned_growing_max_and_neg_inf(dtype):
     # the row max grows tile after tile (every tile moves it by more than 2^8),

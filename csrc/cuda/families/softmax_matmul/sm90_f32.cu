@@ -386,8 +386,7 @@ struct VtCfg {
 
 template <int MI, bool SPLIT>
 __global__ void __launch_bounds__(kF32Threads, 1)
-    smm_wgmma_f32_vt_kernel(Args a, int64_t batch0, const __grid_constant__ CUtensorMap tmx,
-                            const __grid_constant__ CUtensorMap tmv) {
+    smm_wgmma_f32_vt_kernel(Args a, const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmv) {
 #ifdef SMM_SM90A_DEVICE
   using C = VtCfg<MI, SPLIT>;
   constexpr int BN = C::BN;
@@ -404,33 +403,54 @@ __global__ void __launch_bounds__(kF32Threads, 1)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, w = warp & 3, g = lane >> 2, t = lane & 3;
-  const CtaTile<BN> cta(a.d3, batch0);
-  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  // The CTA's tiles (a persistent grid): T = blockIdx.x + i gridDim.x in CtaTile's order (column block
+  // fastest, then row block, then batch entry), nk steps of d2 each; its steps G = i nk + kt run through
+  // one pipeline, so the first stages of tile i + 1 load while tile i ends.
+  const int64_t nblocks_n = (a.d3 + BN - 1) / BN, tiles_b = nblocks_n * ((a.d1 + 127) / 128);
+  const int64_t my_tiles = (tiles_b * a.batch - blockIdx.x + gridDim.x - 1) / gridDim.x;
   const int nk = static_cast<int>((a.d2 + 31) / 32);
+  const int steps = static_cast<int>(my_tiles) * nk;  // (far under 2^31: a step reads 16 KB of x)
   const int tail_from = a.d2 % 32 == 0 ? nk : nk - 1;
-  auto stage = [&](int kt) { return smem + static_cast<uint32_t>(kt % kS) * C::kLoadBytes; };  // x, then V
-  auto pbuf = [&](int kt) { return smem + C::kPOffset + static_cast<uint32_t>(kt % kS) * C::kPStageBytes; };
-  auto issue = [&](int kt) {  // one thread
-    const uint32_t bar = bars + 8 * (kt % kS);
+  struct Tile {
+    int b, nb, row0;
+  };
+  auto tile = [&](int64_t i) {  // (dims under 2^31: the tensor maps' coordinates are int)
+    const int64_t T = blockIdx.x + i * gridDim.x, q = T % tiles_b;
+    return Tile{static_cast<int>(T / tiles_b), static_cast<int>(q % nblocks_n), static_cast<int>(q / nblocks_n) * 128};
+  };
+  auto stage = [&](uint32_t G) { return smem + (G % kS) * C::kLoadBytes; };  // x, then V
+  auto pbuf = [&](uint32_t G) { return smem + C::kPOffset + (G % kS) * C::kPStageBytes; };
+  // Thread 0 issues the steps in order, G = 0, 1, ...: the next one's tile i, its step kt and coordinates.
+  uint32_t iss_g = 0;
+  int iss_kt = 0;
+  int64_t iss_i = 0;
+  Tile iss_u{};
+  auto issue = [&]() {
+    if (iss_kt == 0) iss_u = tile(iss_i);
+    const uint32_t bar = bars + 8 * (iss_g % kS);
     mbar_expect_tx(bar, C::kLoadBytes);
-    tma_load_3d(stage(kt), &tmx, kt * 32, static_cast<int>(row0), static_cast<int>(b), bar);
+    tma_load_3d(stage(iss_g), &tmx, iss_kt * 32, iss_u.row0, iss_u.b, bar);
 #pragma unroll
     for (int p = 0; p < BN / 32; ++p)
-      tma_load_3d(stage(kt) + C::kXBytes + p * 4096, &tmv, static_cast<int>(n0) + 32 * p, kt * 32,
-                  static_cast<int>(b), bar);
+      tma_load_3d(stage(iss_g) + C::kXBytes + p * 4096, &tmv, iss_u.nb * BN + 32 * p, iss_kt * 32, iss_u.b, bar);
+    ++iss_g;
+    if (++iss_kt == nk) {
+      iss_kt = 0;
+      ++iss_i;
+    }
   };
 
   // The softmax: row sr of the tile, chunks 2 (q ^ qx) + hh (q < 4) of its 32 columns; the order qx
   // puts the 8 threads of a quarter warp (rows sr .. sr + 3) on 8 different chunk positions.
   const int sr = tid >> 1, hh = tid & 1, qx = 2 * (sr & 1);
-  float m = -kInf, l = 0.f;
-  auto softmax = [&](int kt) {
+  float m, l;
+  auto softmax = [&](uint32_t G, int kt) {
     float xr[16];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                    : "=f"(xr[4 * q]), "=f"(xr[4 * q + 1]), "=f"(xr[4 * q + 2]), "=f"(xr[4 * q + 3])
-                   : "r"(stage(kt) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4)));
+                   : "r"(stage(G) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4)));
     if (kt == tail_from) {  // columns past d2 (zero-filled) count as -inf
 #pragma unroll
       for (int q = 0; q < 4; ++q)
@@ -440,7 +460,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     }
     float scale;
     const bool moved = lazy_max<SPLIT, 16, 2>(xr, m, scale);
-    if (hh == 0) scale_s[(kt & 1) * 128 + sr] = scale;
+    if (hh == 0) scale_s[(G & 1) * 128 + sr] = scale;
     const float mu = m == -kInf ? 0.f : m;
     float sum = 0.f;  // the tile's part first: l adds one term a tile
 #pragma unroll
@@ -453,7 +473,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
         big[e] = to_tf32_rn(p);
         if constexpr (SPLIT) small[e] = __float_as_uint(p - __uint_as_float(big[e]));  // truncated by wgmma
       }
-      const uint32_t off = pbuf(kt) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4);
+      const uint32_t off = pbuf(G) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4);
       asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(off), "r"(big[0]), "r"(big[1]), "r"(big[2]),
                    "r"(big[3]));
       if constexpr (SPLIT)
@@ -468,18 +488,17 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   // cvt.rna (to_tf32_rn could lose a NaN of V); 3xTF32: the big part by to_tf32_rn (a NaN's small part
   // stays NaN) and the small part as it is, truncated by wgmma.
   const VtColumns<MI> cols(wg, w, g);
-  const int64_t vcol = n0 + cols.col();
   const uint32_t v_lane = C::kXBytes + cols.panel * 4096 + cols.byte;  // + row r's 128 bytes, chunk position
   const uint32_t v_chunk[2] = {static_cast<uint32_t>((cols.chunk ^ t) << 4),          // rows 8 s + t
                                static_cast<uint32_t>((cols.chunk ^ (t + 4)) << 4)};  // rows 8 s + t + 4
   using Frags = uint32_t[4][MI][4];
   using SmallFrags = uint32_t[SPLIT ? 4 : 1][MI][4];
-  auto read_v = [&](int kt, Frags& va, SmallFrags& vs) {
+  auto read_v = [&](uint32_t G, Frags& va, SmallFrags& vs) {
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
       for (int o = 0; o < 2; ++o) {
-        const uint32_t addr = stage(kt) + v_lane + (8 * s + t + 4 * o) * 128 + v_chunk[o];
+        const uint32_t addr = stage(G) + v_lane + (8 * s + t + 4 * o) * 128 + v_chunk[o];
         float f[kV];
         if constexpr (kV == 4)
           asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -504,25 +523,17 @@ __global__ void __launch_bounds__(kF32Threads, 1)
 
   float acc[MI][64];
   float tmp[SPLIT ? MI : 1][SPLIT ? 64 : 1];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int r = 0; r < 64; ++r) acc[i][r] = 0.f;
 
   init_stage_barriers<kS>(bars);
   if (tid == 0)
-    for (int s = 0; s < kS && s < nk; ++s) issue(s);
-  mbar_wait(bars, 0);
-  softmax(0);  // (acc is zero: tile 0's scale is not applied)
-  fence_proxy_async();
-  __syncthreads();
+    for (int G = 0; G < kS && G < steps; ++G) issue();
 
-  // One d2 tile: the product of tile kt from fragments `va` / `vs`, the
-  // softmax of tile kt + 1 beside it; TF32 reads tile kt + 1's fragments
+  // One d2 step G (tile step kt): the product of step G from fragments `va` / `vs`, the
+  // softmax of step G + 1 beside it; TF32 reads step G + 1's fragments
   // into the other register set before waiting for the product, so the
   // next product is issued right after it (3xTF32 has no registers for a
   // second set and reads them after the wait).
-  auto step = [&](int kt, Frags& va, SmallFrags& vs, Frags& va_next, SmallFrags& vs_next) {
+  auto step = [&](uint32_t G, int kt, Frags& va, SmallFrags& vs, Frags& va_next, SmallFrags& vs_next) {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -530,11 +541,11 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const uint64_t db = desc_kmajor() | ((pbuf(kt) + 32 * s) >> 4);
+      const uint64_t db = desc_kmajor() | ((pbuf(G) + 32 * s) >> 4);
 #pragma unroll
       for (int i = 0; i < MI; ++i) {
         if constexpr (SPLIT) {
-          const uint64_t ds = desc_kmajor() | ((pbuf(kt) + C::kPBytes + 32 * s) >> 4);
+          const uint64_t ds = desc_kmajor() | ((pbuf(G) + C::kPBytes + 32 * s) >> 4);
           wgmma_rs_n128_tf32(tmp[i], vs[s][i], db, s != 0);  // small V x big P (the first overwrites tmp)
           wgmma_rs_n128_tf32(tmp[i], va[s][i], ds, 1);       // big V x small P
           wgmma_rs_n128_tf32(tmp[i], va[s][i], db, 1);       // big x big
@@ -546,14 +557,14 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     wgmma_commit();
     bool up = false;
     if (kt + 1 < nk) {
-      mbar_wait(bars + 8 * ((kt + 1) % kS), ((kt + 1) / kS) & 1);
-      if constexpr (!SPLIT) read_v(kt + 1, va_next, vs_next);
-      up = softmax(kt + 1);
+      mbar_wait(bars + 8 * ((G + 1) % kS), ((G + 1) / kS) & 1);
+      if constexpr (!SPLIT) read_v(G + 1, va_next, vs_next);
+      up = softmax(G + 1, kt + 1);
       fence_proxy_async();
     }
-    // P of tile kt + 1 and its scales visible; stage kt % kS read by every thread
+    // P of step G + 1 and its scales visible; stage G % kS read by every thread
     const bool any_up = __syncthreads_or(up);
-    if (tid == 0 && kt + kS < nk) issue(kt + kS);
+    if (tid == 0 && G + kS < static_cast<uint32_t>(steps)) issue();  // step G + kS
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -575,9 +586,9 @@ __global__ void __launch_bounds__(kF32Threads, 1)
           fence_reg(va[s][i][e]);
           if constexpr (SPLIT) fence_reg(vs[s][i][e]);
         }
-    if (SPLIT && kt + 1 < nk) read_v(kt + 1, va_next, vs_next);
+    if (SPLIT && kt + 1 < nk) read_v(G + 1, va_next, vs_next);
     if (any_up) {  // accumulator column n is row n of the tile: acc[i][4 j + 2 h + e], n = 8 j + 2 t + e
-      const float* sc = scale_s + ((kt + 1) & 1) * 128;
+      const float* sc = scale_s + ((G + 1) & 1) * 128;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         const float2 f = *reinterpret_cast<const float2*>(sc + 8 * j + 2 * t);
@@ -591,52 +602,69 @@ __global__ void __launch_bounds__(kF32Threads, 1)
       }
     }
   };
-  if constexpr (SPLIT) {  // one register set
-    Frags va;
-    SmallFrags vs;
-    read_v(0, va, vs);
-    for (int kt = 0; kt < nk; ++kt) step(kt, va, vs, va, vs);
-  } else {  // two, alternating
-    Frags va0, va1;
-    SmallFrags vs0, vs1;
-    read_v(0, va0, vs0);
-    for (int kt = 0; kt < nk; kt += 2) {
-      step(kt, va0, vs0, va1, vs1);
-      if (kt + 1 < nk) step(kt + 1, va1, vs1, va0, vs0);
-    }
-  }
 
-  // Epilogue: l over the pair, lse = m + log(l) (first column block), out = acc / l.
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  if (hh == 0) {
-    inv_s[sr] = 1.f / l;
-    if (cta.nb == 0 && row0 + sr < a.d1) a.lse[b * a.d1 + row0 + sr] = m + logf(l);
-  }
-  __syncthreads();
-  float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
-  const bool vec_ok = vcol + kV <= a.d3 && a.d3 % kV == 0;
+  for (int64_t i = 0; i < my_tiles; ++i) {
+    const Tile u = tile(i);
+    const int64_t b = u.b, n0 = int64_t{u.nb} * BN, row0 = u.row0;
+    const uint32_t G0 = static_cast<uint32_t>(i) * nk;
+    m = -kInf;
+    l = 0.f;
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int n = 8 * j + 2 * t + e;
-      if (row0 + n >= a.d1) continue;
-      const float iv = inv_s[n];
-      float o[kV];
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) o[2 * i + h] = acc[i][4 * j + 2 * h + e] * iv;
-      float* dst = ob + (row0 + n) * a.d3 + vcol;
-      if (vec_ok) {
-        if constexpr (kV == 4) *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
-        else *reinterpret_cast<float2*>(dst) = make_float2(o[0], o[1]);
-      } else {
-#pragma unroll
-        for (int q = 0; q < kV; ++q)
-          if (vcol + q < a.d3) dst[q] = o[q];
+      for (int r = 0; r < 64; ++r) acc[mi][r] = 0.f;
+    mbar_wait(bars + 8 * (G0 % kS), (G0 / kS) & 1);
+    softmax(G0, 0);  // (acc is zero: the tile's first scale is not applied)
+    fence_proxy_async();
+    __syncthreads();
+    if constexpr (SPLIT) {  // one register set
+      Frags va;
+      SmallFrags vs;
+      read_v(G0, va, vs);
+      for (int kt = 0; kt < nk; ++kt) step(G0 + kt, kt, va, vs, va, vs);
+    } else {  // two, alternating
+      Frags va0, va1;
+      SmallFrags vs0, vs1;
+      read_v(G0, va0, vs0);
+      for (int kt = 0; kt < nk; kt += 2) {
+        step(G0 + kt, kt, va0, vs0, va1, vs1);
+        if (kt + 1 < nk) step(G0 + kt + 1, kt + 1, va1, vs1, va0, vs0);
       }
     }
+
+    // Epilogue: l over the pair, lse = m + log(l) (first column block), out = acc / l.
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    if (hh == 0) {
+      inv_s[sr] = 1.f / l;
+      if (u.nb == 0 && row0 + sr < a.d1) a.lse[b * a.d1 + row0 + sr] = m + logf(l);
+    }
+    __syncthreads();
+    float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
+    const int64_t vcol = n0 + cols.col();
+    const bool vec_ok = vcol + kV <= a.d3 && a.d3 % kV == 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int n = 8 * j + 2 * t + e;
+        if (row0 + n >= a.d1) continue;
+        const float iv = inv_s[n];
+        float o[kV];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) o[2 * mi + h] = acc[mi][4 * j + 2 * h + e] * iv;
+        float* dst = ob + (row0 + n) * a.d3 + vcol;
+        if (vec_ok) {
+          if constexpr (kV == 4) *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+          else *reinterpret_cast<float2*>(dst) = make_float2(o[0], o[1]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < kV; ++q)
+            if (vcol + q < a.d3) dst[q] = o[q];
+        }
+      }
+  }
 #else
   __trap();
 #endif
@@ -653,12 +681,11 @@ bool launch_f32_vt(const Args& a) {
       !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 32))
     return false;
   auto* kernel = &smm_wgmma_f32_vt_kernel<MI, SPLIT>;
-  softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t blocks = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128);
-  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-    kernel<<<grid, kF32Threads, C::kSmem, stream>>>(a, b0, tmx, tmv);
-  });
+  const int64_t tiles = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128) * a.batch;
+  softmax_ext::cuda::ClusterLaunch launch(1, kF32Threads, 1, c10::cuda::getCurrentCUDAStream(), C::kSmem);
+  const int resident = softmax_ext::cuda::persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
+  launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(tiles, resident));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, a, tmx, tmv));
   return true;
 }
 
