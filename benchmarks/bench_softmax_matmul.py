@@ -12,8 +12,11 @@ TF32 on, bfloat16. Backward (x and v gradients, through autograd with
 retain_graph) for the naive version and softmax_ext. Peak memory is the
 allocator's peak during one call minus what was allocated before it (so the
 output is included). The tensor-core ceiling is torch.matmul of two 8192 x
-8192 matrices in the same precision, measured in the same run; throughput
-counts 2 * batch * d1 * d2 * d3 flops. Failures (OOM, Triton's
+8192 matrices in the same precision, measured in the same run: once at the
+start (printed) and again right before each d2 of a precision, so that a
+row's % of the ceiling compares the kernels at the same GPU clock and
+temperature (a long sweep heats the GPU and lowers its clocks; column
+ceiling_tflops); throughput counts 2 * batch * d1 * d2 * d3 flops. Failures (OOM, Triton's
 OutOfResources) give a row of nulls. Writes softmax_matmul_benchmark.csv and
 softmax_matmul_benchmark.png.
 """
@@ -94,8 +97,8 @@ def main():
     for dname, tf32 in PRECISIONS:
         dtype = getattr(torch, dname)
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        ceil = ceilings[(dname, tf32)]
         for d2 in d2s:
+            ceil = ceiling_tflops(dtype, tf32)  # at this row's clock and temperature
             g = torch.Generator(device="cuda").manual_seed(d2)
             x = torch.randn(batch, d1, d2, device="cuda", dtype=dtype, generator=g)
             v = torch.randn(batch, d2, d3, device="cuda", dtype=dtype, generator=g)
@@ -108,7 +111,7 @@ def main():
             for impl, blk, fn in impls:
                 row = dict(batch_size=batch, d1=d1, d2=d2, d3=d3, impl=impl, dtype=dname, tf32=tf32,
                            triton=impl == "triton", BLOCK=blk, forward_ms_mean=None, forward_ms_std=None,
-                           forward_peak_MiB=None, forward_tflops=None, pct_of_ceiling=None,
+                           forward_peak_MiB=None, forward_tflops=None, ceiling_tflops=ceil, pct_of_ceiling=None,
                            max_abs_diff_vs_naive=None, backward_ms_mean=None, backward_ms_std=None,
                            backward_peak_MiB=None, kernel=None)
                 if impl == "softmax_ext":
