@@ -16,9 +16,9 @@ output is included). The tensor-core ceiling is torch.matmul of two 8192 x
 start (printed) and again right before each d2 of a precision, so that a
 row's % of the ceiling compares the kernels at the same GPU clock and
 temperature (a long sweep heats the GPU and lowers its clocks; column
-ceiling_tflops); throughput counts 2 * batch * d1 * d2 * d3 flops. Failures (OOM, Triton's
-OutOfResources) give a row of nulls. Writes softmax_matmul_benchmark.csv and
-softmax_matmul_benchmark.png.
+ceiling_tflops); throughput counts 2 * batch * d1 * d2 * d3 flops.
+Failures (OOM, Triton's OutOfResources) give a row of nulls. Writes
+softmax_matmul_benchmark.csv and softmax_matmul_benchmark.png.
 """
 
 import argparse

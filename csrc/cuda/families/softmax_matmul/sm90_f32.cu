@@ -346,6 +346,7 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 // gives each lane. The grid is persistent (as many CTAs as run at once, one
 // an SM): a CTA walks its tiles with one pipeline, so the next tile's first
 // stages load while a tile's last product and its output store run.
+
 // The d3 columns of thread (wg, w, g) in the V^T kernel, relative to the
 // CTA's first: 2 MI of them from vcol, in 32-column panel `panel` of the V
 // tile, 16-byte chunk `chunk`, from byte `byte` of it. The t lanes of a g
