@@ -153,6 +153,13 @@ def _grads(x, v, go):
     return dx, dv
 
 
+def _naive_grads(x, v, go):
+    # autograd through softmax(x) @ v
+    x = x.detach().requires_grad_()
+    v = v.detach().requires_grad_()
+    return torch.autograd.grad(torch.softmax(x, -1) @ v, (x, v), go)
+
+
 def _check_grads(x, v, go):
     # x's and v's gradients against float64 autograd (go rounded to x's dtype, as the op reads it)
     dtype, device = x.dtype, x.device.type
@@ -502,6 +509,46 @@ def test_cuda_aligned_backward(dtype, shape):
     torch.testing.assert_close(dv.double(), rv, **tol)
     d2x, d2v = _grads(x, v, go)
     assert torch.equal(dx, d2x) and torch.equal(dv, d2v)
+
+
+@requires_cuda
+@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1096, 520), (3, 1, 8, 8), (2, 64, 64, 64),
+                                   (3, 66, 96, 264), (2, 129, 136, 72)], ids=lambda s: "x".join(map(str, s)))
+def test_cuda_aligned_backward_tf32(shape):
+    # float32 with TF32 allowed, d2 and d3 multiples of 8: the fused TF32
+    # backward on sm_90 (dX over K tiles of 32, dV from dO transposed; d1 not
+    # a multiple of 4 pads the transposed rows; tails of every tile), within
+    # a few times the error of autograd through softmax(x) @ v with TF32
+    # matmuls (cuBLAS keeps tiny products in float32: at least TF32's
+    # 2^-10); TF32 off: the blocked backward (float32 matmuls)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), torch.float32, "cuda", 54, scale=3.0)
+    x[0, min(3, d1 - 1), : d2 // 2] = -float("inf")
+    v = randn((b, d2, d3), torch.float32, "cuda", 55)
+    go = randn((b, d1, d3), torch.float32, "cuda", 56)
+    x64 = x.double().requires_grad_()
+    v64 = v.double().requires_grad_()
+    rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+    with tf32(True):
+        if torch.cuda.get_device_capability() == (9, 0):
+            p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
+            bn = 128 if d3 <= 128 else 256
+            d1p = (d1 + 3) // 4 * 4
+            assert p.kernel == f"cuda.wgmma.backward.tf32.128x{bn}x32" and p.math == "tf32", p
+            assert p.workspace_size == 4 * (b * d1 + b * d1p * (1 + d3)), p
+        dx, dv = _grads(x, v, go)
+        d2x, d2v = _grads(x, v, go)
+        nx, nv = _naive_grads(x, v, go)
+    assert torch.equal(dx, d2x) and torch.equal(dv, d2v)
+    torch.testing.assert_close(dx.double(), rx, atol=1e-2, rtol=2e-2)
+    torch.testing.assert_close(dv.double(), rv, atol=1e-2, rtol=2e-2)
+    for ours, naive, ref in ((dx, nx, rx), (dv, nv, rv)):
+        err = (ours.double() - ref).norm() / ref.norm()
+        bound = (naive.double() - ref).norm() / ref.norm()
+        assert err <= max(4 * bound, 2.0**-10), (err.item(), bound.item())
+    with tf32(False):
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
+        assert p.kernel == "cuda.blocked_aten.backward.f32", p
 
 
 @requires_cuda

@@ -209,8 +209,9 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       l2 = l2.to(at::kFloat).contiguous();
       at::Tensor dx = at::empty({d.batch, d.d1, d.d2}, x3.options());
       at::Tensor dv = at::empty({d.batch, d.d2, d.d3}, v3.options());
-      at::Tensor delta = at::empty({plan.workspace_bytes / static_cast<int64_t>(sizeof(float))},
-                                   x3.options().dtype(at::kFloat));
+      at::Tensor ws = at::empty({plan.workspace_bytes / static_cast<int64_t>(sizeof(float))},
+                                x3.options().dtype(at::kFloat));
+      at::Tensor delta = ws.narrow(0, 0, d.batch * d.d1);
       cuda::BwdArgs a;
       a.x = x3.data_ptr();
       a.v = v3.data_ptr();
@@ -218,12 +219,24 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       a.out = o3.data_ptr();
       a.lse = l2.data_ptr<float>();
       a.delta = delta.data_ptr<float>();
+      if (plan.math == Math::kTF32) {  // (plan.cpp: workspace_size) lse and dO^T, rows padded to 16 bytes
+        const int64_t d1p = (d.d1 + 3) / 4 * 4;
+        at::Tensor lse_p = ws.narrow(0, d.batch * d.d1, d.batch * d1p).view({d.batch, d1p});
+        at::Tensor go_t = ws.narrow(0, d.batch * (d.d1 + d1p), d.batch * d.d3 * d1p).view({d.batch, d.d3, d1p});
+        lse_p.narrow(1, 0, d.d1).copy_(l2);
+        go_t.narrow(2, 0, d.d1).copy_(go.transpose(1, 2));
+        a.lse_p = lse_p.data_ptr<float>();
+        a.go_t = go_t.data_ptr<float>();
+        a.d1p = d1p;
+      }
       a.dx = dx.data_ptr();
       a.dv = dv.data_ptr();
       set_problem(a, d);
+      bool launched = true;
       if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
-      else cuda::backward_sm90_f16(a, plan.bn);
-      return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
+      else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);
+      else launched = cuda::backward_sm90_tf32(a, plan.bn);
+      if (launched) return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
     }
   }
 #endif

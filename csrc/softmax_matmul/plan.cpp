@@ -82,13 +82,15 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   else p.math = (cuda && d.allow_tf32) ? Math::kTF32 : (cuda ? Math::kExactF32 : Math::kF32);
 
   const bool tensor_cores = cuda && !backward && d.dtype != ScalarType::Double && d.arch >= 80;
-  // The fused Hopper backward: also d2 and d3 multiples of 8 (dX and dV are
-  // written as 32-bit pairs into contiguous tensors).
+  // The fused Hopper backward (16-bit, and f32 with TF32 allowed): also d2
+  // and d3 multiples of 8 (dX and dV are written as pairs of elements into
+  // contiguous tensors).
   // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
   const char* bwd_env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
   const bool blocked_bwd = bwd_env != nullptr && bwd_env[0] == '1';
   const bool wgmma_backward =
-      cuda && backward && !blocked_bwd && !f32 && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
+      cuda && backward && !blocked_bwd && (!f32 || p.math == Math::kTF32) && wgmma_fits(d) && d.d2 % 8 == 0 &&
+      d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
   (void)wgmma_backward;
@@ -98,9 +100,11 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
 #endif
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
-    p.bn = d.d3 <= 64 ? 64 : (d.d3 <= 128 ? 128 : 256);
-    p.bk = 64;
-    p.name = std::string("cuda.wgmma.backward.") + tag(d.dtype) + ".128x" + std::to_string(p.bn) + "x64";
+    // bn: dV's columns of d3 per CTA (TF32: 128 or 256); bk: dX's K tile
+    p.bn = (d.d3 <= 64 && !f32) ? 64 : (d.d3 <= 128 ? 128 : 256);
+    p.bk = f32 ? 32 : 64;
+    p.name = std::string("cuda.wgmma.backward.") + (f32 ? "tf32" : tag(d.dtype)) + ".128x" +
+             std::to_string(p.bn) + "x" + std::to_string(p.bk);
   } else if (tensor_cores && wgmma_fits(d)) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
@@ -178,9 +182,13 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
 }
 
 int64_t workspace_size(const Plan& plan, const Descriptor& d) {
-  // The fused backward's D = rowsum(dO * O): (batch, d1) f32.
+  // The fused backward's D = rowsum(dO * O): (batch, d1) f32; TF32 also
+  // lse and dO transposed with rows of d1p = d1 rounded up to 4 floats:
+  // (batch, d1p) and (batch, d3, d1p) f32.
   if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
-    return d.batch * d.d1 * static_cast<int64_t>(sizeof(float));
+    const int64_t d1p = (d.d1 + 3) / 4 * 4;
+    const int64_t floats = d.batch * d.d1 + (plan.math == Math::kTF32 ? d.batch * d1p * (1 + d.d3) : 0);
+    return floats * static_cast<int64_t>(sizeof(float));
   }
   return 0;
 }

@@ -36,6 +36,11 @@ struct BwdArgs {
   int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
   int64_t x_batch_stride = 0, x_row_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0;
+  // TF32 only: dO transposed, (batch, d3, d1p), and lse, (batch, d1p): rows
+  // of d1p = d1 rounded up to a multiple of 4 floats (16 bytes, for TMA).
+  const float* go_t = nullptr;
+  const float* lse_p = nullptr;
+  int64_t d1p = 0;
 };
 
 // Hopper (sm_90a, sm90.cu): wgmma with P from registers, 128 rows x `bn`
@@ -47,6 +52,9 @@ void launch_sm90_f32(const Args& a, int bn, bool split3);
 // Hopper backward (sm90_backward.cu): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
 void backward_sm90_bf16(const BwdArgs& a, int bn);
 void backward_sm90_f16(const BwdArgs& a, int bn);
+// f32 with TF32: also go_t and lse_p; false (nothing launched) where a tensor
+// map cannot be made.
+bool backward_sm90_tf32(const BwdArgs& a, int bn);
 int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda

@@ -1,6 +1,6 @@
-// softmax_matmul backward for Hopper (sm_90a), bf16 and f16: three kernels,
-// deterministic (every output element has one owner, no atomics), no (d1, d2)
-// intermediate beyond dX itself.
+// softmax_matmul backward for Hopper (sm_90a), bf16, f16 and float32 with
+// TF32 allowed: three kernels, deterministic (every output element has one
+// owner, no atomics), no (d1, d2) intermediate beyond dX itself.
 //
 //   D  = rowsum(dO * O)              (f32, (batch, d1): one warp per row)
 //   dX = P * (dO V^T - D)            smm_bwd_dx_kernel: a GEMM over K = d3 with
@@ -22,6 +22,17 @@
 // every thread otherwise (SOFTMAX_EXT_SMM_CPASYNC=1 forces it, as for the
 // forward); zero fill at the tails either way. The plan takes them for
 // 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
+//
+// TF32 (T = float): the same dX kernel with K tiles of 32 columns (a stage's
+// rows are 128 bytes either way; ldmatrix's 8 x 8 16-bit matrices are 8 x 4
+// f32, the TF32 A-fragment layout) and dO rounded by cvt.rna in registers
+// (V is read as it is: wgmma uses its top 19 bits); the unstaged epilogue.
+// dV can not be the 16-bit kernel's: TF32 wgmma takes B only K-major, and
+// dO (d1, d3) is N-major for P^T dO. smm_bwd_dv_tf32_kernel reads a copy of
+// dO transposed to (batch, d3, d1) (ops.cpp makes it, a workspace of dO's
+// size, as lse with rows padded to 16 bytes for TMA), K-major by TMA, and
+// forms the A fragments of P^T from the x tile with 4-byte shared loads;
+// exp(x - lse) rounded by cvt.rna (a NaN stays a NaN).
 //
 // dX's epilogue is staged where the tensor maps of V, dO, x and dX can all be
 // made (128 columns; SOFTMAX_EXT_SMM_DX_STAGED=0 turns it off): the CTA's x
@@ -45,6 +56,9 @@ namespace softmax_ext::smm::cuda {
 namespace sm90 {
 
 constexpr int kThreads = 256;
+// Columns of a K tile (one 128-byte row of a stage): 64 16-bit, 32 f32.
+template <typename T>
+constexpr int kKCols = 128 / static_cast<int>(sizeof(T));
 
 // ---------------------------------------------------------------------------
 // D = rowsum(dO * O), f32.
@@ -56,7 +70,19 @@ __global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t 
   const T* g = go + row * d3;
   const T* p = o + row * d3;
   float s = 0.f;
-  if (d3 % 8 == 0) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (d3 % 4 == 0) {
+      for (int64_t c = 4 * lane; c < d3; c += 128) {
+        const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(p + c);
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+      }
+    } else {
+      for (int64_t c = lane; c < d3; c += 32) s = fmaf(g[c], p[c], s);
+    }
+  } else if (d3 % 8 == 0) {
     for (int64_t c = 8 * lane; c < d3; c += 256) {
       const uint4 a = *reinterpret_cast<const uint4*>(g + c), b = *reinterpret_cast<const uint4*>(p + c);
       const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
@@ -93,7 +119,7 @@ __global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t 
 }
 
 // ---------------------------------------------------------------------------
-// dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of 64.
+// dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of kKCols.
 constexpr int kDxStages = 3;        // the epilogue from registers to global memory
 constexpr int kDxStagedStages = 2;  // the staged epilogue: its x tile takes a stage's room (2 CTAs per SM)
 
@@ -118,13 +144,13 @@ struct DxCfg {
 template <typename T, int BN>
 __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const T* vb, const T* gb, int64_t row0,
                                         int64_t n0, int64_t k0) {
-  // V rows n0.., columns k0..k0+63; dO rows row0.., columns k0..k0+63
+  // V rows n0.., columns k0..k0 + kKCols - 1; dO rows row0.., the same columns
   load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
   load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN, kDxStages>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
 }
 
-// The same by TMA (one thread): V as one box of 64 columns x BN rows, dO as
-// one box of 64 columns x 128 rows; the layout dx_load writes.
+// The same by TMA (one thread): V as one box of kKCols columns x BN rows, dO
+// as one box of kKCols columns x 128 rows; the layout dx_load writes.
 template <int BN>
 __device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
                                        int row0, int n0, int k0, int b) {
@@ -237,6 +263,7 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
                       const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
                       const __grid_constant__ CUtensorMap tmd) {
   static_assert(!STAGED || LOAD == kTma, "the staged epilogue is TMA only");
+  static_assert(!STAGED || sizeof(T) == 2, "the staged epilogue is 16-bit only");
 #ifdef SMM_SM90A_DEVICE
   using C = DxCfg<BN, S, STAGED>;
   constexpr int kS = S;
@@ -248,7 +275,8 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
   const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
   const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
-  const int nk = static_cast<int>((a.d3 + 63) / 64);
+  constexpr int kK = kKCols<T>;
+  const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
 
   const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
   const int lane_r7 = lr & 7, lane_hi = lane >> 4;
@@ -268,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
       acc, smem, smem + C::kBarOffset, nk, desc_base,
       [&](uint32_t stage, int k, uint32_t bar) {
         if constexpr (LOAD == kTma) {
-          dx_tma<BN>(stage, bar, &tmv, &tmo, static_cast<int>(row0), static_cast<int>(n0), 64 * k,
+          dx_tma<BN>(stage, bar, &tmv, &tmo, static_cast<int>(row0), static_cast<int>(n0), kK * k,
                      static_cast<int>(b));
           // STAGED: the x tile right behind the first stage (nk >= 1), so
           // that it lands while the main loop runs
@@ -276,12 +304,18 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
             if (k == 0) dx_x_tma<BN>(xs, xbar, &tmx, static_cast<int>(row0), static_cast<int>(n0), static_cast<int>(b));
           }
         } else {
-          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * 64);
+          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
         }
       },
       [&](uint32_t (&f)[4][4], uint32_t stage) {
 #pragma unroll
         for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+        if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+          for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f[kb][e] = to_tf32(__uint_as_float(f[kb][e]));
+        }
       });
 
   // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
@@ -342,10 +376,16 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
     for (int j = 0; j < BN / 8; ++j) {
       const int64_t col = n0 + 8 * j + 2 * t;
       if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
-      const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
-      const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
-      *reinterpret_cast<uint32_t*>(dr + col) =
-          pack<T>(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+      if constexpr (std::is_same_v<T, float>) {
+        const float2 xv = *reinterpret_cast<const float2*>(xr + col);
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+        *reinterpret_cast<float2*>(dr + col) = make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+      } else {
+        const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+        *reinterpret_cast<uint32_t*>(dr + col) =
+            pack<T>(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+      }
     }
   }
 #else
@@ -485,16 +525,122 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The lse tensor map: f32 (batch, d1) contiguous as {d1, batch}, boxes of 64
-// x 1, no swizzle. False where it cannot be made (batch > 1 with d1 * 4 not
-// a multiple of 16, a tensor map's stride rule; the dV kernel then takes
-// cp.async).
-inline bool map_lse(CUtensorMap* map, const float* lse, int64_t d1, int64_t batch) {
+// ---------------------------------------------------------------------------
+// dV, TF32: CTA = 128 rows of d2 x BN columns of d3; K = d1 in tiles of 32.
+// A stage: dO^T (BN rows of d3 x 32 columns of d1, K-major, the B operand),
+// x (32 rows of d1 x 128 columns of d2 as 4 panels of 32 columns) and the 32
+// rows' lse.
+constexpr int kDvTf32Stages = 4;
+
+template <int BN>
+struct DvTf32Cfg {
+  static constexpr int kOBytes = BN * 128;
+  static constexpr int kPanelBytes = 32 * 128;
+  static constexpr int kXBytes = 4 * kPanelBytes;
+  static constexpr int kLBytes = 1024;  // 128 bytes used
+  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes;  // multiples of 1 KiB
+  static constexpr int kTxBytes = kOBytes + kXBytes + 32 * 4;      // TMA bytes a stage
+  static constexpr int kBarOffset = kDvTf32Stages * kStageBytes;
+  static constexpr int kSmem = kBarOffset + 8 * kDvTf32Stages + 1024;
+};
+
+#ifdef SMM_SM90A_DEVICE
+// A stage by TMA (one thread): dO^T as one box of 32 columns x BN rows, x as
+// four boxes of 32 columns x 32 rows, the lse of the 32 rows as one box.
+template <int BN>
+__device__ __forceinline__ void dv_tf32_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmo,
+                                            const CUtensorMap* tmx, const CUtensorMap* tml, int m0, int n0, int k0,
+                                            int b) {
+  using C = DvTf32Cfg<BN>;
+  mbar_expect_tx(bar, C::kTxBytes);
+  tma_load_3d(stage, tmo, k0, n0, b, bar);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) tma_load_3d(stage + C::kOBytes + p * C::kPanelBytes, tmx, m0 + 32 * p, k0, b, bar);
+  tma_load_2d(stage + C::kOBytes + C::kXBytes, tml, k0, b, bar);
+}
+#endif
+
+// tmo: dO^T (box 32 x BN), tmx: x (box 32 x 32), tml: lse (box 32).
+template <int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    smm_bwd_dv_tf32_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmo,
+                           const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tml) {
+#ifdef SMM_SM90A_DEVICE
+  using C = DvTf32Cfg<BN>;
+  extern __shared__ __align__(1024) char smem_raw[];
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const CtaTile<BN> cta(a.d3, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, m0 = cta.mb * 128;
+  const int nk = static_cast<int>((a.d1 + 31) / 32);
+
+  // A fragment element 2 o + h of k8 block kb: row m = 16 warp + g + 8 h of
+  // the tile's 128 rows of d2, column k = 8 kb + t + 4 o of the stage's 32
+  // rows of d1; x[k][m] is word m % 4 of 16-byte chunk ((m % 32) / 4) ^ (k % 8)
+  // of row k of panel m / 32 (k % 8 = t + 4 o).
+  uint32_t x_off[2], x_chunk[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = 16 * warp + g + 8 * h;
+    x_off[h] = C::kOBytes + (m >> 5) * C::kPanelBytes + (m & 3) * 4;
+    x_chunk[h] = (m >> 2) & 7;
+  }
+  constexpr uint32_t kLseOff = C::kOBytes + C::kXBytes;
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+
+  auto p_of = [&](uint32_t (&f)[4][4], uint32_t stage) {
+    constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int o = 0; o < 2; ++o) {
+        const int k = 8 * kb + t + 4 * o;
+        float l;
+        asm volatile("ld.shared.f32 %0, [%1];" : "=f"(l) : "r"(stage + kLseOff + 4 * k));
+        const float q = -l * kLog2e;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float xv;
+          asm volatile("ld.shared.f32 %0, [%1];"
+                       : "=f"(xv)
+                       : "r"(stage + x_off[h] + k * 128 + ((x_chunk[h] ^ static_cast<uint32_t>(t + 4 * o)) << 4)));
+          f[kb][2 * o + h] = to_tf32(ex2(fmaf(xv, kLog2e, q)));
+        }
+      }
+  };
+
+  wgmma_mainloop<float, BN, 0, kDvTf32Stages, C::kStageBytes, 32, kTma>(
+      acc, smem, smem + C::kBarOffset, nk, desc_kmajor(),
+      [&](uint32_t stage, int k, uint32_t bar) {
+        dv_tf32_tma<BN>(stage, bar, &tmo, &tmx, &tml, static_cast<int>(m0), static_cast<int>(n0), 32 * k,
+                        static_cast<int>(b));
+      },
+      p_of);
+
+  // Epilogue: dV rows m0 + 16 warp + g (+ 8), contiguous (batch, d2, d3).
+  float* dvb = static_cast<float*>(a.dv) + b * a.d2 * a.d3;
+  for_each_column_pair<BN>(m0 + 16 * warp + g, n0, t, a.d2, a.d3, [&](int64_t row, int64_t col, int j, int h) {
+    *reinterpret_cast<float2*>(dvb + row * a.d3 + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  });
+#else
+  __trap();
+#endif
+}
+
+// The lse tensor map: f32 (batch, d1), rows `stride` floats apart, as {d1,
+// batch}, boxes of `box` x 1, no swizzle. False where it cannot be made
+// (batch > 1 with stride * 4 not a multiple of 16, a tensor map's stride
+// rule; the 16-bit dV kernel then takes cp.async).
+inline bool map_lse(CUtensorMap* map, const float* lse, int64_t d1, int64_t batch, int64_t stride, int box_len) {
   constexpr int64_t kMax = int64_t{1} << 31;
-  if (d1 >= kMax || batch >= kMax || (batch > 1 && (d1 * 4) % 16 != 0)) return false;
+  if (d1 >= kMax || batch >= kMax || (batch > 1 && (stride * 4) % 16 != 0)) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(d1), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>((d1 * 4 + 15) / 16 * 16)};  // unread where batch == 1
-  const cuuint32_t box[2] = {64, 1};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>((stride * 4 + 15) / 16 * 16)};  // unread where batch == 1
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_len), 1};
   return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
@@ -548,7 +694,7 @@ void backward(const BwdArgs& a, int bn_dv) {
     CUtensorMap tmo{}, tmx{}, tml{};
     const bool tma = !cp_only && map_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 64) &&
                      map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 64) &&
-                     map_lse(&tml, a.lse, a.d1, a.batch);
+                     map_lse(&tml, a.lse, a.d1, a.batch, a.d1, 64);
     auto* kernel = tma ? &smm_bwd_dv_kernel<T, BN, kTma> : &smm_bwd_dv_kernel<T, BN, kCpAsync>;
     softmax_ext::cuda::allow_dynamic_shared(kernel, DvCfg<BN>::kSmem);
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
@@ -561,9 +707,50 @@ void backward(const BwdArgs& a, int bn_dv) {
   else dv(std::integral_constant<int, 256>{});
 }
 
+// TF32: every tensor map first (false, nothing launched, where one cannot be
+// made: the caller takes the blocked backward), then D, dX (128 columns of d2,
+// three stages, two CTAs per SM) and dV (bn_dv columns of d3: 128 or 256).
+bool backward_tf32(const BwdArgs& a, int bn_dv) {
+  const int bn = bn_dv == 128 ? 128 : 256;
+  CUtensorMap tmv{}, tmo{}, tmn{}, dmo{}, dmx{}, dml{};
+  if (!map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 128) ||
+      !map_3d<float>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 32, 128) ||
+      !map_3d<float>(&dmo, a.go_t, a.d1, a.d3, a.batch, a.d1p, a.d3 * a.d1p, 32, bn) ||
+      !map_3d<float>(&dmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 32) ||
+      !map_lse(&dml, a.lse_p, a.d1, a.batch, a.d1p, 32))
+    return false;
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t rows = a.batch * a.d1;
+  smm_bwd_delta_kernel<float><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+      static_cast<const float*>(a.go), static_cast<const float*>(a.out), a.delta, rows, a.d3);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  {
+    using C = DxCfg<128, kDxStages>;
+    auto* kernel = &smm_bwd_dx_kernel<float, 128, kTma, kDxStages, false>;
+    softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
+    const int64_t blocks = ((a.d2 + 127) / 128) * ((a.d1 + 127) / 128);
+    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmn, tmn);
+    });
+  }
+  auto dv = [&](auto bn_tag) {
+    constexpr int BN = decltype(bn_tag)::value;
+    auto* kernel = &smm_bwd_dv_tf32_kernel<BN>;
+    softmax_ext::cuda::allow_dynamic_shared(kernel, DvTf32Cfg<BN>::kSmem);
+    const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
+    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
+      kernel<<<grid, kThreads, DvTf32Cfg<BN>::kSmem, stream>>>(a, b0, dmo, dmx, dml);
+    });
+  };
+  if (bn == 128) dv(std::integral_constant<int, 128>{});
+  else dv(std::integral_constant<int, 256>{});
+  return true;
+}
+
 }  // namespace sm90
 
 void backward_sm90_bf16(const BwdArgs& a, int bn) { sm90::backward<__nv_bfloat16>(a, bn); }
 void backward_sm90_f16(const BwdArgs& a, int bn) { sm90::backward<__half>(a, bn); }
+bool backward_sm90_tf32(const BwdArgs& a, int bn) { return sm90::backward_tf32(a, bn); }
 
 }  // namespace softmax_ext::smm::cuda

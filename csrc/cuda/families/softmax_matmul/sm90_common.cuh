@@ -61,6 +61,22 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], uint32_t addr) {
                : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                : "r"(addr));
 }
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
+// TF32 of f rounded to nearest, ties away from zero, in two integer
+// instructions (cvt.rna.tf32.f32 is three: it also tests for inf / NaN).
+// Equal to cvt.rna for finite values and infinities; a NaN whose 10 top
+// mantissa bits are all set turns into a signed zero, so the V^T kernel
+// uses it only where a NaN also reaches the row's sum (P) or is carried by
+// the small part (3xTF32). wgmma reads a TF32 operand's top 19 bits and
+// ignores the other 13, so a small part passed as it is counts as truncated
+// (docs/tuning/softmax_matmul.md: 9-10 % off the 3xTF32 forward, error
+// against float64 unchanged).
+__device__ __forceinline__ uint32_t to_tf32_rn(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -140,9 +156,16 @@ __device__ __forceinline__ void store_output(const Args& a, int64_t b, int64_t r
 
 // D (64 x BN, f32) += A (64 x 16, registers) * B (16 x BN, shared memory;
 // TB = 1: N-major, 0: K-major).
+// T = float: TF32, m64nNk8 (A 64 x 8 in the same 4 registers), B K-major
+// only (TB = 0), N 128 or 256.
 template <typename T, int BN, int TB = 1>
 __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc) {
   constexpr bool kB = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(TB == 0 && (BN == 128 || BN == 256), "TF32: B K-major, 128 or 256 columns");
+    if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, 1);
+    else wgmma_rs_n128_tf32(d, a, desc, 1);
+  } else {
 #define SMM_WGMMA_CASE(N)                                                     \
   if constexpr (BN == N) {                                                    \
     if constexpr (kB && TB == 1) wgmma_rs_n##N##_bf16_t1(d, a, desc);         \
@@ -150,10 +173,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)
     else if constexpr (TB == 1) wgmma_rs_n##N##_f16_t1(d, a, desc);           \
     else wgmma_rs_n##N##_f16_t0(d, a, desc);                                  \
   }
-  SMM_WGMMA_CASE(64)
-  SMM_WGMMA_CASE(128)
-  SMM_WGMMA_CASE(256)
+    SMM_WGMMA_CASE(64)
+    SMM_WGMMA_CASE(128)
+    SMM_WGMMA_CASE(256)
 #undef SMM_WGMMA_CASE
+  }
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&d)[4], uint32_t addr) {
@@ -174,11 +198,11 @@ __device__ __forceinline__ uint64_t desc_nmajor(uint32_t block_bytes) {
 __device__ __forceinline__ uint64_t desc_kmajor() {
   return (uint64_t{1} << 62) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32);
 }
-// A tile of ROWS rows x CHUNKS 16-byte chunks (8 16-bit elements each) of a
+// A tile of ROWS rows x CHUNKS 16-byte chunks (16 / sizeof(T) elements each) of a
 // row-major matrix in global memory -- rows row0.., columns col0.., row
 // stride ld; rows past rows_end and columns past cols_end read as zeros --
 // into shared memory at `base` by THREADS threads with cp.async: panels of
-// 64 columns, each ROWS rows of 128 bytes, a row's chunks XOR-swizzled by
+// 128 bytes, each ROWS rows of 128 bytes, a row's chunks XOR-swizzled by
 // the row (the 128-byte swizzle that ldmatrix and the wgmma descriptors read).
 template <typename T, int ROWS, int CHUNKS, int THREADS>
 __device__ __forceinline__ void load_swizzled_tile(uint32_t base, const T* g, int64_t ld, int64_t row0,
@@ -189,7 +213,7 @@ __device__ __forceinline__ void load_swizzled_tile(uint32_t base, const T* g, in
     const uint32_t id = threadIdx.x + i * THREADS;  // unsigned: / and % are shifts and masks
     const uint32_t r = id / CHUNKS, c = id % CHUNKS;
     const uint32_t dst = base + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    cp_async16_guarded(g, ld, row0 + r, col0 + 8 * c, rows_end, cols_end, [dst] { return dst; });
+    cp_async16_guarded(g, ld, row0 + r, col0 + (16 / sizeof(T)) * c, rows_end, cols_end, [dst] { return dst; });
   }
 }
 

@@ -58,22 +58,6 @@ struct F32Cfg {
 };
 
 #ifdef SMM_SM90A_DEVICE
-__device__ __forceinline__ uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
-}
-// TF32 of f rounded to nearest, ties away from zero, in two integer
-// instructions (cvt.rna.tf32.f32 is three: it also tests for inf / NaN).
-// Equal to cvt.rna for finite values and infinities; a NaN whose 10 top
-// mantissa bits are all set turns into a signed zero, so the V^T kernel
-// uses it only where a NaN also reaches the row's sum (P) or is carried by
-// the small part (3xTF32). wgmma reads a TF32 operand's top 19 bits and
-// ignores the other 13, so a small part passed as it is counts as truncated
-// (docs/tuning/softmax_matmul.md: 9-10 % off the 3xTF32 forward, error
-// against float64 unchanged).
-__device__ __forceinline__ uint32_t to_tf32_rn(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
-
 template <int BN>
 __device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
   if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, scale_d);
