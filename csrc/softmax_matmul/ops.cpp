@@ -13,6 +13,7 @@
 #include "softmax_matmul/blocked.h"
 #include "softmax_matmul/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
+#include "cuda/core/layout_copy.h"
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #endif
 
@@ -224,7 +225,10 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
         at::Tensor lse_p = ws.narrow(0, d.batch * d.d1, d.batch * d1p).view({d.batch, d1p});
         at::Tensor go_t = ws.narrow(0, d.batch * (d.d1 + d1p), d.batch * d.d3 * d1p).view({d.batch, d.d3, d1p});
         lse_p.narrow(1, 0, d.d1).copy_(l2);
-        go_t.narrow(2, 0, d.d1).copy_(go.transpose(1, 2));
+        at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
+        if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
+                                                    dst.strides()))
+          dst.copy_(src);
         a.lse_p = lse_p.data_ptr<float>();
         a.go_t = go_t.data_ptr<float>();
         a.d1p = d1p;

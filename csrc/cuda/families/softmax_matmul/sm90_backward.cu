@@ -713,7 +713,9 @@ void backward(const BwdArgs& a, int bn_dv) {
 bool backward_tf32(const BwdArgs& a, int bn_dv) {
   const int bn = bn_dv == 128 ? 128 : 256;
   CUtensorMap tmv{}, tmo{}, tmn{}, dmo{}, dmx{}, dml{};
-  if (!map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 128) ||
+  const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
+  const int dx_bn = dx_env != nullptr && dx_env[0] == '2' ? 256 : 128;
+  if (!map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, dx_bn) ||
       !map_3d<float>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 32, 128) ||
       !map_3d<float>(&dmo, a.go_t, a.d1, a.d3, a.batch, a.d1p, a.d3 * a.d1p, 32, bn) ||
       !map_3d<float>(&dmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 32) ||
@@ -724,15 +726,18 @@ bool backward_tf32(const BwdArgs& a, int bn_dv) {
   smm_bwd_delta_kernel<float><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
       static_cast<const float*>(a.go), static_cast<const float*>(a.out), a.delta, rows, a.d3);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  {
-    using C = DxCfg<128, kDxStages>;
-    auto* kernel = &smm_bwd_dx_kernel<float, 128, kTma, kDxStages, false>;
+  auto dx = [&](auto bn_tag) {
+    constexpr int BN = decltype(bn_tag)::value;
+    using C = DxCfg<BN, kDxStages>;
+    auto* kernel = &smm_bwd_dx_kernel<float, BN, kTma, kDxStages, false>;
     softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
-    const int64_t blocks = ((a.d2 + 127) / 128) * ((a.d1 + 127) / 128);
+    const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
     softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
       kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmn, tmn);
     });
-  }
+  };
+  if (dx_bn == 256) dx(std::integral_constant<int, 256>{});
+  else dx(std::integral_constant<int, 128>{});
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     auto* kernel = &smm_bwd_dv_tf32_kernel<BN>;
