@@ -84,8 +84,10 @@ def other_ops():
         # TF32 (the 256-column kernel), checked at bfloat16's tolerance
         mm_cases = [((2, 70, 300), 40, False), ((1, 129, 1000), 64, False), ((2, 72, 264), 40, False),
                     ((3, 5, 17), 3, False)]
-        if dtype == torch.float32:  # (+ more tiles than CTAs: the persistent float32 kernel walks several)
-            mm_cases += [((2, 130, 520), 264, True), ((40, 300, 40), 264, True), ((40, 300, 40), 264, False)]
+        if dtype == torch.float32:  # (+ more tiles than CTAs: the persistent float32 kernel walks several;
+            # the fused TF32 / 3xTF32 backward, d1 not a multiple of 4)
+            mm_cases += [((2, 130, 520), 264, True), ((40, 300, 40), 264, True), ((40, 300, 40), 264, False),
+                         ((2, 129, 136), 72, False)]
         tf32_before = torch.backends.cuda.matmul.allow_tf32
         for shape_x, d3, allow_tf32 in mm_cases:
             x64 = torch.randn(*shape_x, generator=gen, dtype=torch.float64) * 3

@@ -220,7 +220,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       a.out = o3.data_ptr();
       a.lse = l2.data_ptr<float>();
       a.delta = delta.data_ptr<float>();
-      if (plan.math == Math::kTF32) {  // (plan.cpp: workspace_size) lse and dO^T, rows padded to 16 bytes
+      if (d.dtype == at::kFloat) {  // (plan.cpp: workspace_size) lse and dO^T, rows padded to 16 bytes
         const int64_t d1p = (d.d1 + 3) / 4 * 4;
         at::Tensor lse_p = ws.narrow(0, d.batch * d.d1, d.batch * d1p).view({d.batch, d1p});
         at::Tensor go_t = ws.narrow(0, d.batch * (d.d1 + d1p), d.batch * d.d3 * d1p).view({d.batch, d.d3, d1p});
@@ -232,6 +232,11 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
         a.lse_p = lse_p.data_ptr<float>();
         a.go_t = go_t.data_ptr<float>();
         a.d1p = d1p;
+        if (plan.math == Math::kExactF32) {  // then V's big and small parts and dO^T's small part
+          a.v_hi = ws.data_ptr<float>() + d.batch * (d.d1 + d1p + d.d3 * d1p);
+          a.v_lo = a.v_hi + d.batch * d.d2 * d.d3;
+          a.go_t_lo = a.v_lo + d.batch * d.d2 * d.d3;
+        }
       }
       a.dx = dx.data_ptr();
       a.dv = dv.data_ptr();
@@ -239,7 +244,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       bool launched = true;
       if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
       else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);
-      else launched = cuda::backward_sm90_tf32(a, plan.bn);
+      else launched = cuda::backward_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
       if (launched) return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
     }
   }

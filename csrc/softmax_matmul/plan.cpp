@@ -82,15 +82,14 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   else p.math = (cuda && d.allow_tf32) ? Math::kTF32 : (cuda ? Math::kExactF32 : Math::kF32);
 
   const bool tensor_cores = cuda && !backward && d.dtype != ScalarType::Double && d.arch >= 80;
-  // The fused Hopper backward (16-bit, and f32 with TF32 allowed): also d2
-  // and d3 multiples of 8 (dX and dV are written as pairs of elements into
+  // The fused Hopper backward (16-bit; f32: TF32 or 3xTF32): also d2 and d3
+  // multiples of 8 (dX and dV are written as pairs of elements into
   // contiguous tensors).
   // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
   const char* bwd_env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
   const bool blocked_bwd = bwd_env != nullptr && bwd_env[0] == '1';
   const bool wgmma_backward =
-      cuda && backward && !blocked_bwd && (!f32 || p.math == Math::kTF32) && wgmma_fits(d) && d.d2 % 8 == 0 &&
-      d.d3 % 8 == 0;
+      cuda && backward && !blocked_bwd && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
   (void)wgmma_backward;
@@ -100,11 +99,14 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
 #endif
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
-    // bn: dV's columns of d3 per CTA (TF32: 128 or 256); bk: dX's K tile
-    p.bn = (d.d3 <= 64 && !f32) ? 64 : (d.d3 <= 128 ? 128 : 256);
+    // bn: dV's columns of d3 per CTA (TF32: 128 or 256; 3xTF32: 128); bk:
+    // dX's K tile
+    const bool split3 = p.math == Math::kExactF32;
+    p.bn = (d.d3 <= 64 && !f32) ? 64 : ((d.d3 <= 128 || split3) ? 128 : 256);
     p.bk = f32 ? 32 : 64;
-    p.name = std::string("cuda.wgmma.backward.") + (f32 ? "tf32" : tag(d.dtype)) + ".128x" +
-             std::to_string(p.bn) + "x" + std::to_string(p.bk);
+    const char* variant = f32 ? (split3 ? "3xtf32" : "tf32") : tag(d.dtype);
+    p.name = std::string("cuda.wgmma.backward.") + variant + ".128x" + std::to_string(p.bn) + "x" +
+             std::to_string(p.bk);
   } else if (tensor_cores && wgmma_fits(d)) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
@@ -182,12 +184,15 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
 }
 
 int64_t workspace_size(const Plan& plan, const Descriptor& d) {
-  // The fused backward's D = rowsum(dO * O): (batch, d1) f32; TF32 also
-  // lse and dO transposed with rows of d1p = d1 rounded up to 4 floats:
-  // (batch, d1p) and (batch, d3, d1p) f32.
+  // The fused backward's D = rowsum(dO * O): (batch, d1) f32; f32 also lse
+  // and dO transposed with rows of d1p = d1 rounded up to 4 floats: (batch,
+  // d1p) and (batch, d3, d1p); 3xTF32 then V's big and small parts and the
+  // transposed dO's small part: 2 x (batch, d2, d3) and (batch, d3, d1p).
   if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
     const int64_t d1p = (d.d1 + 3) / 4 * 4;
-    const int64_t floats = d.batch * d.d1 + (plan.math == Math::kTF32 ? d.batch * d1p * (1 + d.d3) : 0);
+    int64_t floats = d.batch * d.d1;
+    if (d.dtype == c10::ScalarType::Float) floats += d.batch * d1p * (1 + d.d3);
+    if (plan.math == Math::kExactF32) floats += d.batch * d.d3 * (2 * d.d2 + d1p);
     return floats * static_cast<int64_t>(sizeof(float));
   }
   return 0;

@@ -36,11 +36,16 @@ struct BwdArgs {
   int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
   int64_t x_batch_stride = 0, x_row_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0;
-  // TF32 only: dO transposed, (batch, d3, d1p), and lse, (batch, d1p): rows
-  // of d1p = d1 rounded up to a multiple of 4 floats (16 bytes, for TMA).
-  const float* go_t = nullptr;
+  // f32 only: dO transposed, (batch, d3, d1p), and lse, (batch, d1p): rows
+  // of d1p = d1 rounded up to a multiple of 4 floats (16 bytes, for TMA);
+  // 3xTF32: room for V's big and small parts, (batch, d2, d3) each, and
+  // go_t's small part (its big part replaces go_t).
+  float* go_t = nullptr;
   const float* lse_p = nullptr;
   int64_t d1p = 0;
+  float* v_hi = nullptr;
+  float* v_lo = nullptr;
+  float* go_t_lo = nullptr;
 };
 
 // Hopper (sm_90a, sm90.cu): wgmma with P from registers, 128 rows x `bn`
@@ -52,9 +57,10 @@ void launch_sm90_f32(const Args& a, int bn, bool split3);
 // Hopper backward (sm90_backward.cu): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
 void backward_sm90_bf16(const BwdArgs& a, int bn);
 void backward_sm90_f16(const BwdArgs& a, int bn);
-// f32 with TF32: also go_t and lse_p; false (nothing launched) where a tensor
+// f32 (sm90_backward.cu): TF32, or 3xTF32 (split3, float32-accurate); also
+// go_t, lse_p (and v_hi, v_lo, go_t_lo); false (nothing launched) where a tensor
 // map cannot be made.
-bool backward_sm90_tf32(const BwdArgs& a, int bn);
+bool backward_sm90_f32(const BwdArgs& a, int bn, bool split3);
 int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda

@@ -1,6 +1,7 @@
-// softmax_matmul backward for Hopper (sm_90a), bf16, f16 and float32 with
-// TF32 allowed: three kernels, deterministic (every output element has one
-// owner, no atomics), no (d1, d2) intermediate beyond dX itself.
+// softmax_matmul backward for Hopper (sm_90a), bf16, f16 and float32 (TF32,
+// or 3xTF32 where TF32 is not allowed): three kernels, deterministic (every
+// output element has one owner, no atomics), no (d1, d2) intermediate beyond
+// dX itself.
 //
 //   D  = rowsum(dO * O)              (f32, (batch, d1): one warp per row)
 //   dX = P * (dO V^T - D)            smm_bwd_dx_kernel: a GEMM over K = d3 with
@@ -33,6 +34,14 @@
 // size, as lse with rows padded to 16 bytes for TMA), K-major by TMA, and
 // forms the A fragments of P^T from the x tile with 4-byte shared loads;
 // exp(x - lse) rounded by cvt.rna (a NaN stays a NaN).
+// 3xTF32 (float32-accurate): the same two kernels with each product as
+// big x big + big x small + small x big, summed a stage at a time by the
+// tensor cores and added to the accumulator in f32 (wgmma_mainloop). The A
+// operand (dO for dX, P for dV) is split in registers; the B operand's two
+// parts come from workspaces split beforehand (tf32_split: V into big and
+// small copies, dO^T into itself and a small copy), a second K-major tile a
+// stage; P = expf(x - lse) in place of ex2.approx; dX in four stages of 48
+// KiB, one CTA per SM.
 //
 // dX's epilogue is staged where the tensor maps of V, dO, x and dX can all be
 // made (128 columns; SOFTMAX_EXT_SMM_DX_STAGED=0 turns it off): the CTA's x
@@ -122,16 +131,18 @@ __global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t 
 // dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of kKCols.
 constexpr int kDxStages = 3;        // the epilogue from registers to global memory
 constexpr int kDxStagedStages = 2;  // the staged epilogue: its x tile takes a stage's room (2 CTAs per SM)
+constexpr int kDxSplitStages = 4;   // 3xTF32: stages of 48 KiB, one CTA per SM
 
 // S pipeline stages; STAGED: then the x tile of the staged epilogue (128
 // rows of d1 x BN columns of d2 as BN / 64 panels of 128 rows x 128 bytes,
 // 128-byte swizzled; dX replaces it in place) and its mbarrier after the
-// stages' ones.
-template <int BN, int S, bool STAGED = false>
+// stages' ones. SPLIT (3xTF32): a stage also holds V's small part after dO.
+template <int BN, int S, bool STAGED = false, bool SPLIT = false>
 struct DxCfg {
-  static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x 64 columns (d3), K-major
-  static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x 64 columns
-  static constexpr int kStageBytes = kVBytes + kOBytes;  // multiples of 1 KiB: every tile 1 KiB aligned
+  static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x kKCols columns (d3), K-major
+  static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x kKCols columns
+  static constexpr int kLoOffset = SPLIT ? kVBytes + kOBytes : 0;  // SPLIT: V's small part, as V
+  static constexpr int kStageBytes = kVBytes + kOBytes + (SPLIT ? kVBytes : 0);  // multiples of 1 KiB
   static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
   static constexpr int kXOffset = S * kStageBytes;       // STAGED: the x tile, 1 KiB aligned
   static constexpr int kPanelBytes = 128 * 128;          // STAGED: 64 columns x 128 rows
@@ -151,13 +162,15 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
 
 // The same by TMA (one thread): V as one box of kKCols columns x BN rows, dO
 // as one box of kKCols columns x 128 rows; the layout dx_load writes.
-template <int BN>
+// SPLIT: also V's small part (tmvl), a box like V's.
+template <int BN, bool SPLIT = false>
 __device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
-                                       int row0, int n0, int k0, int b) {
-  using C = DxCfg<BN, kDxStages>;  // (the stage layout does not depend on the stage count)
+                                       const CUtensorMap* tmvl, int row0, int n0, int k0, int b) {
+  using C = DxCfg<BN, kDxStages, false, SPLIT>;  // (the stage layout does not depend on the stage count)
   mbar_expect_tx(bar, C::kTxBytes);
   tma_load_3d(stage, tmv, k0, n0, b, bar);
   tma_load_3d(stage + C::kVBytes, tmo, k0, row0, b, bar);
+  if constexpr (SPLIT) tma_load_3d(stage + C::kLoOffset, tmvl, k0, n0, b, bar);
 }
 
 // The staged epilogue's x tile by TMA (one thread): BN / 64 boxes of 64
@@ -173,6 +186,16 @@ __device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtens
 #endif
 
 #ifdef SMM_SM90A_DEVICE
+// v into fragment register e of k block kb as TF32, rounded by cvt.rna (a
+// NaN stays a NaN); SPLIT: also its small part (v minus the rounded value,
+// rounded to nearest) into fragment 4 + kb.
+template <bool SPLIT, int N>
+__device__ __forceinline__ void put_tf32(uint32_t (&f)[N][4], int kb, int e, float v) {
+  const uint32_t big = to_tf32(v);
+  f[kb][e] = big;
+  if constexpr (SPLIT) f[4 + kb][e] = to_tf32_rn(v - __uint_as_float(big));
+}
+
 // The pipelined main loop of both backward kernels: kS stages, kS - 1 loads
 // in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments of 16
 // columns a stage) x B (the stage in shared memory) with wgmma, the next
@@ -186,12 +209,22 @@ __device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtens
 //   fetch(frags, stage_address): the A fragments of a landed stage;
 //   kDescStep: bytes between the B descriptors of the 4 fragments (TB: B's
 //   major-ness, as wgmma_rs takes it).
-template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, int LOAD, typename LoadFn,
-          typename Fetch>
+// kLoOffset != 0: 3xTF32 (T = float). fetch fills 8 fragments, the 4 big
+// parts then the 4 small ones; the stage holds B's big part (B rounded to
+// TF32) and, kLoOffset bytes past it, B's small part.
+// Each stage's small x big, big x small and big x big products are summed
+// by the tensor cores into a zeroed tile accumulator, added to acc in f32,
+// so that the tensor cores' own accumulation spans one stage only.
+template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, int LOAD, int kLoOffset = 0,
+          typename LoadFn, typename Fetch>
 __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, uint32_t bars, int nk,
                                                uint64_t desc_base, const LoadFn& load, const Fetch& fetch) {
   constexpr bool TMA = LOAD == kTma;
-  uint32_t fa[4][4], fb[4][4];
+  constexpr bool kSplit = kLoOffset != 0;
+  static_assert(!kSplit || std::is_same_v<T, float>, "3xTF32 is float32 only");
+  constexpr int kFrags = kSplit ? 8 : 4;
+  uint32_t fa[kFrags][4], fb[kFrags][4];
+  [[maybe_unused]] float tile[kSplit ? BN / 2 : 1];
   if constexpr (TMA) {
     init_stage_barriers<kS>(bars);
     if (threadIdx.x == 0) {
@@ -214,9 +247,24 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
     const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
-    wgmma_fence();
+    if constexpr (kSplit) {
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
+      for (int i = 0; i < BN / 2; ++i) fence_reg(tile[i]);
+    }
+    wgmma_fence();
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) {
+        const uint64_t db = desc_base | ((stage + kb * kDescStep) >> 4);
+        const uint64_t ds = desc_base | ((stage + kLoOffset + kb * kDescStep) >> 4);
+        wgmma_tf32<BN>(tile, fa[4 + kb], db, kb != 0);  // small x big (the first overwrites the tile)
+        wgmma_tf32<BN>(tile, fa[kb], ds, 1);            // big x small
+        wgmma_tf32<BN>(tile, fa[kb], db, 1);            // big x big
+      }
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
+    }
     wgmma_commit();
     if (kt + 1 < nk) {
       const int kn = kt + kS - 1;
@@ -239,13 +287,20 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    if constexpr (kSplit) {
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb)
+      for (int i = 0; i < BN / 2; ++i) {
+        fence_reg(tile[i]);
+        acc[i] += tile[i];
+      }
+    }
+#pragma unroll
+    for (int kb = 0; kb < kFrags; ++kb)
 #pragma unroll
       for (int e = 0; e < 4; ++e) fence_reg(fa[kb][e]);
     if (kt + 1 < nk) {
 #pragma unroll
-      for (int kb = 0; kb < 4; ++kb)
+      for (int kb = 0; kb < kFrags; ++kb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) fa[kb][e] = fb[kb][e];
     }
@@ -253,19 +308,22 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
 }
 #endif
 
-// LOAD: kTma with the tensor maps tmv (V, box 64 x BN) and tmo (dO, box 64 x
-// 128); kCpAsync ignores them. S: pipeline stages. STAGED (kTma only): the
-// epilogue through shared memory, with the tensor maps tmx (x) and tmd (dX),
-// boxes of 64 x 128 (unused otherwise).
-template <typename T, int BN, int LOAD, int S, bool STAGED>
-__global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
+// LOAD: kTma with the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box
+// kKCols x 128); kCpAsync ignores them. S: pipeline stages. STAGED (kTma
+// only): the epilogue through shared memory, with the tensor maps tmx (x)
+// and tmd (dX), boxes of 64 x 128 (unused otherwise). SPLIT (3xTF32, kTma
+// only): dO split into big and small parts in registers, V's small part by
+// tmvl (unused otherwise), P = expf(x - lse).
+template <typename T, int BN, int LOAD, int S, bool STAGED, bool SPLIT = false>
+__global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
     smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
                       const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
-                      const __grid_constant__ CUtensorMap tmd) {
+                      const __grid_constant__ CUtensorMap tmd, const __grid_constant__ CUtensorMap tmvl) {
   static_assert(!STAGED || LOAD == kTma, "the staged epilogue is TMA only");
   static_assert(!STAGED || sizeof(T) == 2, "the staged epilogue is 16-bit only");
+  static_assert(!SPLIT || (std::is_same_v<T, float> && LOAD == kTma && !STAGED), "3xTF32: f32, TMA, unstaged");
 #ifdef SMM_SM90A_DEVICE
-  using C = DxCfg<BN, S, STAGED>;
+  using C = DxCfg<BN, S, STAGED, SPLIT>;
   constexpr int kS = S;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
@@ -292,12 +350,12 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD>(
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset>(
       acc, smem, smem + C::kBarOffset, nk, desc_base,
       [&](uint32_t stage, int k, uint32_t bar) {
         if constexpr (LOAD == kTma) {
-          dx_tma<BN>(stage, bar, &tmv, &tmo, static_cast<int>(row0), static_cast<int>(n0), kK * k,
-                     static_cast<int>(b));
+          dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
+                            static_cast<int>(b));
           // STAGED: the x tile right behind the first stage (nk >= 1), so
           // that it lands while the main loop runs
           if constexpr (STAGED) {
@@ -307,14 +365,14 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
           dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
         }
       },
-      [&](uint32_t (&f)[4][4], uint32_t stage) {
+      [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
 #pragma unroll
         for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
         if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
           for (int kb = 0; kb < 4; ++kb)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) f[kb][e] = to_tf32(__uint_as_float(f[kb][e]));
+            for (int e = 0; e < 4; ++e) put_tf32<SPLIT>(f, kb, e, __uint_as_float(f[kb][e]));
         }
       });
 
@@ -368,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
   for (int h = 0; h < 2; ++h) {
     const int64_t row = r0 + 8 * h;
     if (row >= a.d1) continue;
-    const float nl = -a.lse[b * a.d1 + row] * kLog2e;
+    const float lse = a.lse[b * a.d1 + row], nl = -lse * kLog2e;
     const float dd = a.delta[b * a.d1 + row];
     const T* xr = xb + row * a.x_row_stride;
     T* dr = dxb + row * a.d2;
@@ -378,7 +436,8 @@ __global__ void __launch_bounds__(kThreads, BN == 128 ? 2 : 1)
       if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
       if constexpr (std::is_same_v<T, float>) {
         const float2 xv = *reinterpret_cast<const float2*>(xr + col);
-        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+        const float p0 = SPLIT ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
+        const float p1 = SPLIT ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
         *reinterpret_cast<float2*>(dr + col) = make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
       } else {
         const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
@@ -528,45 +587,51 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---------------------------------------------------------------------------
 // dV, TF32: CTA = 128 rows of d2 x BN columns of d3; K = d1 in tiles of 32.
 // A stage: dO^T (BN rows of d3 x 32 columns of d1, K-major, the B operand),
-// x (32 rows of d1 x 128 columns of d2 as 4 panels of 32 columns) and the 32
-// rows' lse.
+// x (32 rows of d1 x 128 columns of d2 as 4 panels of 32 columns), the 32
+// rows' lse; SPLIT (3xTF32): then dO^T's small part, as dO^T.
 constexpr int kDvTf32Stages = 4;
 
-template <int BN>
+template <int BN, bool SPLIT = false>
 struct DvTf32Cfg {
   static constexpr int kOBytes = BN * 128;
   static constexpr int kPanelBytes = 32 * 128;
   static constexpr int kXBytes = 4 * kPanelBytes;
   static constexpr int kLBytes = 1024;  // 128 bytes used
-  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes;  // multiples of 1 KiB
-  static constexpr int kTxBytes = kOBytes + kXBytes + 32 * 4;      // TMA bytes a stage
+  static constexpr int kLoOffset = SPLIT ? kOBytes + kXBytes + kLBytes : 0;
+  static constexpr int kStageBytes = kOBytes + kXBytes + kLBytes + (SPLIT ? kOBytes : 0);  // multiples of 1 KiB
+  static constexpr int kTxBytes = kOBytes * (SPLIT ? 2 : 1) + kXBytes + 32 * 4;           // TMA bytes a stage
   static constexpr int kBarOffset = kDvTf32Stages * kStageBytes;
   static constexpr int kSmem = kBarOffset + 8 * kDvTf32Stages + 1024;
 };
 
 #ifdef SMM_SM90A_DEVICE
 // A stage by TMA (one thread): dO^T as one box of 32 columns x BN rows, x as
-// four boxes of 32 columns x 32 rows, the lse of the 32 rows as one box.
-template <int BN>
+// four boxes of 32 columns x 32 rows, the lse of the 32 rows as one box;
+// SPLIT: dO^T's small part (tmol) as dO^T.
+template <int BN, bool SPLIT>
 __device__ __forceinline__ void dv_tf32_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmo,
-                                            const CUtensorMap* tmx, const CUtensorMap* tml, int m0, int n0, int k0,
-                                            int b) {
-  using C = DvTf32Cfg<BN>;
+                                            const CUtensorMap* tmx, const CUtensorMap* tml, const CUtensorMap* tmol,
+                                            int m0, int n0, int k0, int b) {
+  using C = DvTf32Cfg<BN, SPLIT>;
   mbar_expect_tx(bar, C::kTxBytes);
   tma_load_3d(stage, tmo, k0, n0, b, bar);
+  if constexpr (SPLIT) tma_load_3d(stage + C::kLoOffset, tmol, k0, n0, b, bar);
 #pragma unroll
   for (int p = 0; p < 4; ++p) tma_load_3d(stage + C::kOBytes + p * C::kPanelBytes, tmx, m0 + 32 * p, k0, b, bar);
   tma_load_2d(stage + C::kOBytes + C::kXBytes, tml, k0, b, bar);
 }
 #endif
 
-// tmo: dO^T (box 32 x BN), tmx: x (box 32 x 32), tml: lse (box 32).
-template <int BN>
+// tmo: dO^T (box 32 x BN), tmx: x (box 32 x 32), tml: lse (box 32); SPLIT
+// (3xTF32): tmol, dO^T's small part (unused otherwise), P = expf(x - lse)
+// split into big and small parts.
+template <int BN, bool SPLIT = false>
 __global__ void __launch_bounds__(kThreads, 1)
     smm_bwd_dv_tf32_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmo,
-                           const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tml) {
+                           const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tml,
+                           const __grid_constant__ CUtensorMap tmol) {
 #ifdef SMM_SM90A_DEVICE
-  using C = DvTf32Cfg<BN>;
+  using C = DvTf32Cfg<BN, SPLIT>;
   extern __shared__ __align__(1024) char smem_raw[];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -592,7 +657,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
 
-  auto p_of = [&](uint32_t (&f)[4][4], uint32_t stage) {
+  auto p_of = [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
     constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb)
@@ -608,16 +673,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           asm volatile("ld.shared.f32 %0, [%1];"
                        : "=f"(xv)
                        : "r"(stage + x_off[h] + k * 128 + ((x_chunk[h] ^ static_cast<uint32_t>(t + 4 * o)) << 4)));
-          f[kb][2 * o + h] = to_tf32(ex2(fmaf(xv, kLog2e, q)));
+          put_tf32<SPLIT>(f, kb, 2 * o + h, SPLIT ? expf(xv - l) : ex2(fmaf(xv, kLog2e, q)));
         }
       }
   };
 
-  wgmma_mainloop<float, BN, 0, kDvTf32Stages, C::kStageBytes, 32, kTma>(
+  wgmma_mainloop<float, BN, 0, kDvTf32Stages, C::kStageBytes, 32, kTma, C::kLoOffset>(
       acc, smem, smem + C::kBarOffset, nk, desc_kmajor(),
       [&](uint32_t stage, int k, uint32_t bar) {
-        dv_tf32_tma<BN>(stage, bar, &tmo, &tmx, &tml, static_cast<int>(m0), static_cast<int>(n0), 32 * k,
-                        static_cast<int>(b));
+        dv_tf32_tma<BN, SPLIT>(stage, bar, &tmo, &tmx, &tml, &tmol, static_cast<int>(m0), static_cast<int>(n0),
+                               32 * k, static_cast<int>(b));
       },
       p_of);
 
@@ -680,7 +745,7 @@ void backward(const BwdArgs& a, int bn_dv) {
     softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
     softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmx, tmd);
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmx, tmd, tmd);
     });
     return true;
   };
@@ -707,48 +772,101 @@ void backward(const BwdArgs& a, int bn_dv) {
   else dv(std::integral_constant<int, 256>{});
 }
 
-// TF32: every tensor map first (false, nothing launched, where one cannot be
-// made: the caller takes the blocked backward), then D, dX (128 columns of d2,
-// three stages, two CTAs per SM) and dV (bn_dv columns of d3: 128 or 256).
-bool backward_tf32(const BwdArgs& a, int bn_dv) {
-  const int bn = bn_dv == 128 ? 128 : 256;
-  CUtensorMap tmv{}, tmo{}, tmn{}, dmo{}, dmx{}, dml{};
+// Each value of src (batch, rows, cols; row and batch strides; cols a
+// multiple of 4, 16-byte aligned rows) split for 3xTF32 into hi and lo,
+// contiguous (hi may be src itself where src is contiguous): hi rounded to
+// TF32 by cvt.rna (a NaN stays a NaN), lo the rest rounded to nearest TF32.
+__global__ void smm_tf32_split_kernel(const float* src, float* hi, float* lo, int64_t rows, int64_t cols,
+                                      int64_t row_stride, int64_t batch_stride, int64_t n4) {
+#ifdef SMM_SM90A_DEVICE
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = 4 * i, c = e % cols, r = (e / cols) % rows, b = e / (cols * rows);
+    const float4 v = *reinterpret_cast<const float4*>(src + b * batch_stride + r * row_stride + c);
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+    float h[4], l[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      h[q] = __uint_as_float(to_tf32(vs[q]));
+      l[q] = __uint_as_float(to_tf32_rn(vs[q] - h[q]));
+    }
+    *reinterpret_cast<float4*>(hi + e) = make_float4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<float4*>(lo + e) = make_float4(l[0], l[1], l[2], l[3]);
+  }
+#else
+  __trap();
+#endif
+}
+
+void tf32_split(const float* src, float* hi, float* lo, int64_t batch, int64_t rows, int64_t cols,
+                int64_t row_stride, int64_t batch_stride, cudaStream_t stream) {
+  const int64_t n4 = batch * rows * cols / 4;
+  if (n4 == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 8192));
+  smm_tf32_split_kernel<<<blocks, 256, 0, stream>>>(src, hi, lo, rows, cols, row_stride, batch_stride, n4);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// float32: every tensor map first (false, nothing launched, where one cannot
+// be made: the caller takes the blocked backward), then D, dX (128 columns
+// of d2) and dV (TF32: bn_dv columns of d3, 128 or 256; 3xTF32: 128). TF32:
+// dX in three stages, two CTAs per SM. 3xTF32 (split3): V and dO^T split
+// first (tf32_split: V into a.v_hi and a.v_lo, dO^T into itself and
+// a.go_t_lo), dX in four stages, one CTA per SM.
+bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
+  const int bn = (split3 || bn_dv == 128) ? 128 : 256;
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
-  const int dx_bn = dx_env != nullptr && dx_env[0] == '2' ? 256 : 128;
-  if (!map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, dx_bn) ||
+  const int dx_bn = !split3 && dx_env != nullptr && dx_env[0] == '2' ? 256 : 128;
+  CUtensorMap tmv{}, tmo{}, tmvl{}, dmo{}, dmx{}, dml{}, dmol{}, none{};
+  const bool tmv_ok = split3 ? map_3d<float>(&tmv, a.v_hi, a.d3, a.d2, a.batch, a.d3, a.d2 * a.d3, 32, dx_bn)
+                             : map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, dx_bn);
+  if (!tmv_ok ||
       !map_3d<float>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 32, 128) ||
       !map_3d<float>(&dmo, a.go_t, a.d1, a.d3, a.batch, a.d1p, a.d3 * a.d1p, 32, bn) ||
       !map_3d<float>(&dmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 32) ||
       !map_lse(&dml, a.lse_p, a.d1, a.batch, a.d1p, 32))
+    return false;
+  if (split3 && (!map_3d<float>(&tmvl, a.v_lo, a.d3, a.d2, a.batch, a.d3, a.d2 * a.d3, 32, 128) ||
+                 !map_3d<float>(&dmol, a.go_t_lo, a.d1, a.d3, a.batch, a.d1p, a.d3 * a.d1p, 32, bn)))
     return false;
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t rows = a.batch * a.d1;
   smm_bwd_delta_kernel<float><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
       static_cast<const float*>(a.go), static_cast<const float*>(a.out), a.delta, rows, a.d3);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto dx = [&](auto bn_tag) {
+  if (split3) {
+    tf32_split(static_cast<const float*>(a.v), a.v_hi, a.v_lo, a.batch, a.d2, a.d3, a.v_row_stride,
+               a.v_batch_stride, stream);
+    tf32_split(a.go_t, a.go_t, a.go_t_lo, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
+  }
+  auto dx = [&](auto bn_tag, auto split_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    using C = DxCfg<BN, kDxStages>;
-    auto* kernel = &smm_bwd_dx_kernel<float, BN, kTma, kDxStages, false>;
+    constexpr bool SPLIT = decltype(split_tag)::value;
+    constexpr int S = SPLIT ? kDxSplitStages : kDxStages;
+    using C = DxCfg<BN, S, false, SPLIT>;
+    auto* kernel = &smm_bwd_dx_kernel<float, BN, kTma, S, false, SPLIT>;
     softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
     softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmn, tmn);
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, none, none, tmvl);
     });
   };
-  if (dx_bn == 256) dx(std::integral_constant<int, 256>{});
-  else dx(std::integral_constant<int, 128>{});
-  auto dv = [&](auto bn_tag) {
+  if (split3) dx(std::integral_constant<int, 128>{}, std::true_type{});
+  else if (dx_bn == 256) dx(std::integral_constant<int, 256>{}, std::false_type{});
+  else dx(std::integral_constant<int, 128>{}, std::false_type{});
+  auto dv = [&](auto bn_tag, auto split_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    auto* kernel = &smm_bwd_dv_tf32_kernel<BN>;
-    softmax_ext::cuda::allow_dynamic_shared(kernel, DvTf32Cfg<BN>::kSmem);
+    constexpr bool SPLIT = decltype(split_tag)::value;
+    using C = DvTf32Cfg<BN, SPLIT>;
+    auto* kernel = &smm_bwd_dv_tf32_kernel<BN, SPLIT>;
+    softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
     softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, DvTf32Cfg<BN>::kSmem, stream>>>(a, b0, dmo, dmx, dml);
+      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, dmo, dmx, dml, dmol);
     });
   };
-  if (bn == 128) dv(std::integral_constant<int, 128>{});
-  else dv(std::integral_constant<int, 256>{});
+  if (split3) dv(std::integral_constant<int, 128>{}, std::true_type{});
+  else if (bn == 128) dv(std::integral_constant<int, 128>{}, std::false_type{});
+  else dv(std::integral_constant<int, 256>{}, std::false_type{});
   return true;
 }
 
@@ -756,6 +874,6 @@ bool backward_tf32(const BwdArgs& a, int bn_dv) {
 
 void backward_sm90_bf16(const BwdArgs& a, int bn) { sm90::backward<__nv_bfloat16>(a, bn); }
 void backward_sm90_f16(const BwdArgs& a, int bn) { sm90::backward<__half>(a, bn); }
-bool backward_sm90_tf32(const BwdArgs& a, int bn) { return sm90::backward_tf32(a, bn); }
+bool backward_sm90_f32(const BwdArgs& a, int bn, bool split3) { return sm90::backward_f32(a, bn, split3); }
 
 }  // namespace softmax_ext::smm::cuda

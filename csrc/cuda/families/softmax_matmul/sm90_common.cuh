@@ -154,6 +154,15 @@ __device__ __forceinline__ void store_output(const Args& a, int64_t b, int64_t r
   });
 }
 
+// D (64 x BN, f32) = A (64 x 8, TF32 in registers) * B (8 x BN, K-major in
+// shared memory) + (scale_d ? D : 0); BN 128 or 256.
+template <int BN>
+__device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+  static_assert(BN == 128 || BN == 256, "TF32: 128 or 256 columns");
+  if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, scale_d);
+  else wgmma_rs_n128_tf32(d, a, desc, scale_d);
+}
+
 // D (64 x BN, f32) += A (64 x 16, registers) * B (16 x BN, shared memory;
 // TB = 1: N-major, 0: K-major).
 // T = float: TF32, m64nNk8 (A 64 x 8 in the same 4 registers), B K-major
@@ -162,9 +171,8 @@ template <typename T, int BN, int TB = 1>
 __device__ __forceinline__ void wgmma_rs(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc) {
   constexpr bool kB = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (std::is_same_v<T, float>) {
-    static_assert(TB == 0 && (BN == 128 || BN == 256), "TF32: B K-major, 128 or 256 columns");
-    if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, 1);
-    else wgmma_rs_n128_tf32(d, a, desc, 1);
+    static_assert(TB == 0, "TF32: B K-major");
+    wgmma_tf32<BN>(d, a, desc, 1);
   } else {
 #define SMM_WGMMA_CASE(N)                                                     \
   if constexpr (BN == N) {                                                    \

@@ -58,11 +58,6 @@ struct F32Cfg {
 };
 
 #ifdef SMM_SM90A_DEVICE
-template <int BN>
-__device__ __forceinline__ void wgmma_tf32(float (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
-  if constexpr (BN == 256) wgmma_rs_n256_tf32(d, a, desc, scale_d);
-  else wgmma_rs_n128_tf32(d, a, desc, scale_d);
-}
 
 // V rows k0..k0+31, columns n0..n0+BN-1 -> staging (row-major, zero fill).
 template <int BN>
