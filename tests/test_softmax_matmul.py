@@ -540,8 +540,16 @@ def test_cuda_aligned_backward_f32(shape, allow_tf32):
             d1p = (d1 + 3) // 4 * 4
             variant = "tf32" if allow_tf32 else "3xtf32"
             assert p.kernel == f"cuda.wgmma.backward.{variant}.128x{bn}x32", p
-            words = b * d1 + b * d1p * (1 + d3) + (0 if allow_tf32 else b * d3 * (2 * d2 + d1p))
+            # D, then lse and dO^T (and V's and dO^T's TF32 parts), each at a 16-byte boundary
+            words = (b * d1 + 3) // 4 * 4 + b * d1p * (1 + d3) + (0 if allow_tf32 else b * d3 * (2 * d2 + d1p))
             assert p.workspace_size == 4 * words, p
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:  # the fused kernels, not a fallback
+                _grads(x, v, go)
+                torch.cuda.synchronize()
+            names = " ".join(e.key for e in prof.key_averages())
+            assert "smm_bwd_dx_kernel<float" in names and "smm_bwd_dv_tf32_kernel" in names, names
         dx, dv = _grads(x, v, go)
         d2x, d2v = _grads(x, v, go)
         nx, nv = _naive_grads(x, v, go)

@@ -210,37 +210,36 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       l2 = l2.to(at::kFloat).contiguous();
       at::Tensor dx = at::empty({d.batch, d.d1, d.d2}, x3.options());
       at::Tensor dv = at::empty({d.batch, d.d2, d.d3}, v3.options());
-      at::Tensor ws = at::empty({plan.workspace_bytes / static_cast<int64_t>(sizeof(float))},
-                                x3.options().dtype(at::kFloat));
-      at::Tensor delta = ws.narrow(0, 0, d.batch * d.d1);
+      const BackwardWorkspace w = backward_workspace(plan, d);
+      at::Tensor ws = at::empty({w.floats}, x3.options().dtype(at::kFloat));
+      float* wp = ws.data_ptr<float>();
       cuda::BwdArgs a;
       a.x = x3.data_ptr();
       a.v = v3.data_ptr();
       a.go = go.data_ptr();
       a.out = o3.data_ptr();
       a.lse = l2.data_ptr<float>();
-      a.delta = delta.data_ptr<float>();
-      if (d.dtype == at::kFloat) {  // (plan.cpp: workspace_size) lse and dO^T, rows padded to 16 bytes
-        const int64_t d1p = (d.d1 + 3) / 4 * 4;
-        at::Tensor lse_p = ws.narrow(0, d.batch * d.d1, d.batch * d1p).view({d.batch, d1p});
-        at::Tensor go_t = ws.narrow(0, d.batch * (d.d1 + d1p), d.batch * d.d3 * d1p).view({d.batch, d.d3, d1p});
+      a.delta = wp + w.delta;
+      a.dx = dx.data_ptr();
+      a.dv = dv.data_ptr();
+      set_problem(a, d);
+      if (w.go_t >= 0) {  // lse and dO^T with rows of d1p floats (16 bytes a row, for TMA)
+        at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
+        at::Tensor go_t = ws.narrow(0, w.go_t, d.batch * d.d3 * w.d1p).view({d.batch, d.d3, w.d1p});
         lse_p.narrow(1, 0, d.d1).copy_(l2);
         at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
         if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
                                                     dst.strides()))
           dst.copy_(src);
-        a.lse_p = lse_p.data_ptr<float>();
-        a.go_t = go_t.data_ptr<float>();
-        a.d1p = d1p;
-        if (plan.math == Math::kExactF32) {  // then V's big and small parts and dO^T's small part
-          a.v_hi = ws.data_ptr<float>() + d.batch * (d.d1 + d1p + d.d3 * d1p);
-          a.v_lo = a.v_hi + d.batch * d.d2 * d.d3;
-          a.go_t_lo = a.v_lo + d.batch * d.d2 * d.d3;
-        }
+        a.lse_p = wp + w.lse_p;
+        a.go_t = wp + w.go_t;
+        a.d1p = w.d1p;
       }
-      a.dx = dx.data_ptr();
-      a.dv = dv.data_ptr();
-      set_problem(a, d);
+      if (w.v_hi >= 0) {  // 3xTF32: written by the kernels
+        a.v_hi = wp + w.v_hi;
+        a.v_lo = wp + w.v_lo;
+        a.go_t_lo = wp + w.go_t_lo;
+      }
       bool launched = true;
       if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
       else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);

@@ -183,17 +183,30 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
   return {};
 }
 
+BackwardWorkspace backward_workspace(const Plan& plan, const Descriptor& d) {
+  BackwardWorkspace w;
+  w.d1p = (d.d1 + 3) / 4 * 4;
+  auto take = [&w](int64_t floats) {  // a part at the next 16-byte boundary
+    const int64_t at = (w.floats + 3) / 4 * 4;
+    w.floats = at + floats;
+    return at;
+  };
+  w.delta = take(d.batch * d.d1);
+  if (d.dtype == c10::ScalarType::Float) {
+    w.lse_p = take(d.batch * w.d1p);
+    w.go_t = take(d.batch * d.d3 * w.d1p);
+  }
+  if (plan.math == Math::kExactF32) {
+    w.v_hi = take(d.batch * d.d2 * d.d3);
+    w.v_lo = take(d.batch * d.d2 * d.d3);
+    w.go_t_lo = take(d.batch * d.d3 * w.d1p);
+  }
+  return w;
+}
+
 int64_t workspace_size(const Plan& plan, const Descriptor& d) {
-  // The fused backward's D = rowsum(dO * O): (batch, d1) f32; f32 also lse
-  // and dO transposed with rows of d1p = d1 rounded up to 4 floats: (batch,
-  // d1p) and (batch, d3, d1p); 3xTF32 then V's big and small parts and the
-  // transposed dO's small part: 2 x (batch, d2, d3) and (batch, d3, d1p).
   if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
-    const int64_t d1p = (d.d1 + 3) / 4 * 4;
-    int64_t floats = d.batch * d.d1;
-    if (d.dtype == c10::ScalarType::Float) floats += d.batch * d1p * (1 + d.d3);
-    if (plan.math == Math::kExactF32) floats += d.batch * d.d3 * (2 * d.d2 + d1p);
-    return floats * static_cast<int64_t>(sizeof(float));
+    return backward_workspace(plan, d).floats * static_cast<int64_t>(sizeof(float));
   }
   return 0;
 }
