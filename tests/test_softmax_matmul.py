@@ -520,7 +520,8 @@ def test_cuda_aligned_backward_f32(shape, allow_tf32):
     # over K tiles of 32, dV from dO transposed; d1 not a multiple of 4 pads
     # the transposed rows; tails of every tile). TF32: within a few times the
     # error of autograd through softmax(x) @ v with TF32 matmuls (cuBLAS
-    # keeps tiny products in float32: at least TF32's 2^-10). 3xTF32: max
+    # keeps tiny products in float32: at least 2^-8, TF32's 2^-10 grown by
+    # the cancellation in dP - D). 3xTF32: max
     # error over elements within twice that of autograd in float32 for dV
     # (the forward's bound), four times for dX: D = rowsum(dO * O) reads the
     # forward's output, whose own error (within twice the naive one's)
@@ -560,7 +561,7 @@ def test_cuda_aligned_backward_f32(shape, allow_tf32):
         if allow_tf32:
             err = (ours.double() - ref).norm() / ref.norm()
             bound = (naive.double() - ref).norm() / ref.norm()
-            assert err <= max(4 * bound, 2.0**-10), (name, err.item(), bound.item())
+            assert err <= max(4 * bound, 2.0**-8), (name, err.item(), bound.item())
         else:
             err, bound = (ours.double() - ref).abs().max().item(), (naive.double() - ref).abs().max().item()
             assert err <= (4 if name == "dx" else 2) * bound + 1e-6, (name, err, bound)
