@@ -118,12 +118,13 @@ struct BlockShape {
 
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
 // shape.cluster_size blocks when that is above 1, with shape.smem_bytes of
-// dynamic shared memory, and checks the launch.
+// dynamic shared memory, and checks the launch. Dynamic shared memory beyond
+// the default: a persistent launch sets the kernel's limit itself; any other
+// caller first raises it (allow_dynamic_shared: a lookup on every call, so
+// it is left to the launches that need it).
 template <typename... Params, typename... Args>
 void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape& shape, Args&&... args) {
   const int c = shape.cluster_size;
-  TORCH_INTERNAL_ASSERT(shape.smem_bytes <= kDefaultSharedBytes || shape.persistent,
-                        "softmax_ext: dynamic shared memory beyond the default is set up by persistent launches");
   const unsigned int blocks =
       shape.walks_rows ? grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c : grid_for_each(rows);
   ClusterLaunch launch(blocks, shape.threads, c, c10::cuda::getCurrentCUDAStream(),

@@ -619,11 +619,8 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
       // Static and dynamic shared memory over 48 KB need the opt-in, set
       // once on each device (to the most any plan stages).
       if (plan.stage_bytes > 0) cuda::allow_dynamic_shared(kernel, kMaxStageBytes);
-      // clusters walk the rows like blocks (grid_for_rows of them)
-      const int64_t rows_at_once = std::min<int64_t>(p.rows, cuda::kMaxGridBlocks / plan.row_split);
-      cuda::ClusterLaunch shape(cuda::grid_for_rows(rows_at_once) * plan.row_split, threads, plan.row_split, stream,
-                                static_cast<size_t>(plan.stage_bytes));
-      C10_CUDA_CHECK(cudaLaunchKernelEx(&shape.config, kernel, a));
+      // clusters walk the rows like blocks
+      cuda::launch_row_blocks(kernel, p.rows, cuda::BlockShape{threads, plan.row_split, plan.stage_bytes}, a);
     };
     cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
       cuda::dispatch_bool(p.fused_grad, [&](auto grad) {

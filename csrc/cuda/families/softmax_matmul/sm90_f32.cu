@@ -662,12 +662,9 @@ bool launch_f32_vt(const Args& a) {
   if (!map_3d<float>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 128) ||
       !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 32))
     return false;
-  auto* kernel = &smm_wgmma_f32_vt_kernel<MI, SPLIT>;
   const int64_t tiles = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128) * a.batch;
-  softmax_ext::cuda::ClusterLaunch launch(1, kF32Threads, 1, c10::cuda::getCurrentCUDAStream(), C::kSmem);
-  const int resident = softmax_ext::cuda::persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
-  launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(tiles, resident));
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, a, tmx, tmv));
+  softmax_ext::cuda::launch_row_blocks(&smm_wgmma_f32_vt_kernel<MI, SPLIT>, tiles,
+                                       softmax_ext::cuda::BlockShape{kF32Threads, 1, C::kSmem, true}, a, tmx, tmv);
   return true;
 }
 
