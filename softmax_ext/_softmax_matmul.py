@@ -66,6 +66,7 @@ def _setup(ctx, inputs, output):
     x, v = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)  # no zeros made for lse's (or an unused out's) gradient
     ctx.save_for_backward(x, v, out, lse)
 
 

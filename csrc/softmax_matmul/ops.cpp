@@ -224,14 +224,17 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
       a.dv = dv.data_ptr();
       set_problem(a, d);
       if (w.go_t >= 0) {  // lse and dO^T with rows of d1p floats (16 bytes a row, for TMA)
-        at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
         at::Tensor go_t = ws.narrow(0, w.go_t, d.batch * d.d3 * w.d1p).view({d.batch, d.d3, w.d1p});
-        lse_p.narrow(1, 0, d.d1).copy_(l2);
+        a.lse_p = l2.data_ptr<float>();  // rows of d1p already (or one row), 16-byte aligned: no copy
+        if ((d.d1 != w.d1p && d.batch > 1) || reinterpret_cast<uintptr_t>(a.lse_p) % 16 != 0) {
+          at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
+          lse_p.narrow(1, 0, d.d1).copy_(l2);
+          a.lse_p = wp + w.lse_p;
+        }
         at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
         if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
                                                     dst.strides()))
           dst.copy_(src);
-        a.lse_p = wp + w.lse_p;
         a.go_t = wp + w.go_t;
         a.d1p = w.d1p;
       }
