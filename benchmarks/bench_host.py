@@ -5,7 +5,8 @@ tensors, so the time is the Python + dispatcher + launch path, not the kernel.
 
 Rows: the forward without grad, the forward with grad (building the autograd
 node), the backward op, the autograd round trip (forward + sum + backward),
-and softmax_ext through softmax_ext.patch() (torch.softmax routed). Each
+and softmax_ext through softmax_ext.patch() (torch.softmax routed); then
+cross_entropy's and softmax_matmul's (beside softmax(x) @ v) calls. Each
 figure is the median over rounds of the mean µs per call of a round; the
 rounds of softmax_ext and torch alternate. The device is synchronised once
 per round, so a kernel's GPU time only shows where it is longer than the
@@ -58,6 +59,20 @@ def cases(device: str):
     def two_op(x_, t_):  # the forward op with its registered autograd formula
         return ce_ops._cross_entropy_forward.default(x_, t_)[0]
 
+    # softmax_matmul: (2, 16, 64) x (2, 64, 32), the fused backward's shapes on sm_90
+    s = torch.randn(2, 16, 64, device=device)
+    sg = s.clone().requires_grad_(True)
+    vv = torch.randn(2, 64, 32, device=device)
+
+    def naive_mm(a, b):
+        return torch.softmax(a, -1) @ b
+
+    def mm_round_trip(f):
+        def run():
+            f(sg, vv).sum().backward()
+
+        return run
+
     return [
         ("softmax, no grad", lambda: softmax_ext.softmax(x, -1), lambda: torch.softmax(x, -1)),
         ("log_softmax, no grad", lambda: softmax_ext.log_softmax(x, -1), lambda: torch.log_softmax(x, -1)),
@@ -74,6 +89,8 @@ def cases(device: str):
             x_, t_, reduction="none").sum()), loss_round_trip(lambda x_, t_: F.cross_entropy(
                 x_, t_, reduction="none").sum())),
         ("forward op's registered formula", loss_round_trip(two_op), loss_round_trip(F.cross_entropy)),
+        ("softmax_matmul, no grad", lambda: softmax_ext.softmax_matmul(s, vv), lambda: naive_mm(s, vv)),
+        ("softmax_matmul round trip", mm_round_trip(softmax_ext.softmax_matmul), mm_round_trip(naive_mm)),
     ]
 
 
