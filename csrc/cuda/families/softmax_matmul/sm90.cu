@@ -159,8 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                      bool out_staged) {
 #ifdef SMM_SM90A_DEVICE
   using C = Cfg<BN>;
-  extern __shared__ __align__(1024) char smem_raw[];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t smem = smem_base_1k();
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;

@@ -325,8 +325,7 @@ __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
 #ifdef SMM_SM90A_DEVICE
   using C = DxCfg<BN, S, STAGED, SPLIT>;
   constexpr int kS = S;
-  extern __shared__ __align__(1024) char smem_raw[];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t smem = smem_base_1k();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const CtaTile<BN> cta(a.d2, batch0);
@@ -512,8 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #ifdef SMM_SM90A_DEVICE
   using C = DvCfg<BN>;
   constexpr int kS = kDvStages;
-  extern __shared__ __align__(1024) char smem_raw[];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t smem = smem_base_1k();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, w = warp & 3;
@@ -632,8 +630,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                            const __grid_constant__ CUtensorMap tmol) {
 #ifdef SMM_SM90A_DEVICE
   using C = DvTf32Cfg<BN, SPLIT>;
-  extern __shared__ __align__(1024) char smem_raw[];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t smem = smem_base_1k();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const CtaTile<BN> cta(a.d3, batch0);

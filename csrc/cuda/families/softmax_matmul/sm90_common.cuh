@@ -77,6 +77,14 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
 // against float64 unchanged).
 __device__ __forceinline__ uint32_t to_tf32_rn(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
 
+// The CTA's dynamic shared memory as a shared-window address rounded up to
+// 1 KiB, the alignment of the 128-byte-swizzled tiles (each kernel asks for
+// 1 KiB more than its layout takes).
+__device__ __forceinline__ uint32_t smem_base_1k() {
+  extern __shared__ __align__(1024) char smem_raw[];
+  return (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+}
+
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 #ifdef SMM_SM90A_DEVICE
   using C = F32Cfg<BN, SPLIT>;
   constexpr int kS = kF32Stages;
-  extern __shared__ __align__(1024) char smem_raw[];
-  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t smem = smem_base_1k();
   const uint32_t bufs = smem;                                  // 2 x kBufBytes, 1 KiB aligned
   const uint32_t staging = smem + 2 * C::kBufBytes;            // kS x kStagingBytes
 
