@@ -1,5 +1,5 @@
 // The tile a softmax_matmul CTA computes, shared by the sm_80 (kernel.cuh)
-// and sm_90a (sm90.cu, sm90_f32.cu, sm90_backward.cu) kernels. The grid's x
+// and sm_90a (sm90.cu, sm90_f32.cu, sm90_backward*) kernels. The grid's x
 // index walks the column blocks of one row block fastest, so the CTAs that
 // read the same rows run together and those rows come from L2; its y index
 // walks the batch entries of a launch chunk (launch_batch_chunks).

@@ -54,10 +54,10 @@ void launch_sm90_bf16(const Args& a, int bn);
 void launch_sm90_f16(const Args& a, int bn);
 // f32 (sm90_f32.cu): TF32 (bn 128 / 256) or 3xTF32 (split3, 128 columns).
 void launch_sm90_f32(const Args& a, int bn, bool split3);
-// Hopper backward (sm90_backward.cu): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
+// Hopper backward (sm90_backward.cu, 16-bit): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.
 void backward_sm90_bf16(const BwdArgs& a, int bn);
 void backward_sm90_f16(const BwdArgs& a, int bn);
-// f32 (sm90_backward.cu): TF32, or 3xTF32 (split3, float32-accurate); also
+// f32 (sm90_backward_f32.cu): TF32, or 3xTF32 (split3, float32-accurate); also
 // go_t, lse_p (and v_hi, v_lo, go_t_lo); false (nothing launched) where a tensor
 // map cannot be made.
 bool backward_sm90_f32(const BwdArgs& a, int bn, bool split3);

@@ -1,5 +1,5 @@
 // The end of a softmax_matmul kernel, shared by the sm_80 (kernel.cuh) and
-// sm_90a (sm90.cu, sm90_f32.cu, sm90_backward.cu) kernels. A lane of a warp's
+// sm_90a (sm90.cu, sm90_f32.cu, sm90_backward*) kernels. A lane of a warp's
 // 16 rows holds rows r0 and r0 + 8 (h = 0, 1): their running max m, its
 // quad's part of the row sum l, and pairs of neighbouring output columns.
 #pragma once

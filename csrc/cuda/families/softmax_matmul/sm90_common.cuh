@@ -1,5 +1,5 @@
 // Device helpers of the sm_90a softmax_matmul kernels (sm90.cu, sm90_f32.cu:
-// forward, sm90_backward.cu: dX and dV): cp.async with zero fill, ldmatrix,
+// forward, sm90_backward*: dX and dV): cp.async with zero fill, ldmatrix,
 // the wgmma fences and waits, ex2, 16-bit pack/unpack, the forward's lazy
 // running max, accumulator rescale and output store, and the wgmma wrappers.
 #pragma once

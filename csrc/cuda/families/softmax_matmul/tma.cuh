@@ -1,5 +1,5 @@
 // TMA helpers of the sm_90a softmax_matmul kernels (sm90.cu: forward,
-// sm90_backward.cu: dX and dV): the mbarrier operations, tensor-map box
+// sm90_backward*: dX and dV): the mbarrier operations, tensor-map box
 // loads and stores (device), and the driver's tensor-map encoder (host). The
 // kernels using them: one thread issues a stage's boxes after
 // mbarrier.arrive.expect_tx with the stage's byte count, every thread waits

@@ -1,0 +1,477 @@
+// softmax_matmul backward for Hopper (sm_90a), bf16, f16 and float32 (TF32,
+// or 3xTF32 where TF32 is not allowed): three kernels, deterministic (every
+// output element has one owner, no atomics), no (d1, d2) intermediate beyond
+// dX itself. This header: what both launchers share (D, the dX kernel, the
+// pipelined main loop, the lse's tensor map); sm90_backward.cu: the 16-bit
+// dV kernel and launcher; sm90_backward_f32.cu: the TF32 / 3xTF32 dV kernel,
+// the split of B operands and the float32 launcher.
+//
+//   D  = rowsum(dO * O)              (f32, (batch, d1): one warp per row)
+//   dX = P * (dO V^T - D)            smm_bwd_dx_kernel: a GEMM over K = d3 with
+//        P = exp(x - lse)            the softmax-backward epilogue; CTA = 128 rows
+//                                    of d1 x BN columns of d2; A = dO (ldmatrix
+//                                    from 128-byte-swizzled shared memory into
+//                                    registers), B = V rows, K-major.
+//   dV = P^T dO                      smm_bwd_dv_kernel: CTA = 128 rows of d2 x BN
+//                                    columns of d3, loop over d1 in tiles of 64
+//                                    (the forward kernel with the roles turned:
+//                                    P^T from x by ldmatrix.trans, exp(x - lse)
+//                                    in registers as the A operand while the
+//                                    previous tile's wgmma runs, B = dO N-major).
+//
+// Both kernels: 2 warpgroups, wgmma (sm90_common.cuh), a pipeline of stages
+// in the 128-byte-swizzled layout filled by TMA (tma.cuh: one thread issues a
+// stage's boxes, an mbarrier per stage completes, a block-wide barrier before
+// a stage is refilled) where the tensor maps can be made, by cp.async from
+// every thread otherwise (SOFTMAX_EXT_SMM_CPASYNC=1 forces it, as for the
+// forward); zero fill at the tails either way. The plan takes them for
+// 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
+//
+// TF32 (T = float): the same dX kernel with K tiles of 32 columns (a stage's
+// rows are 128 bytes either way; ldmatrix's 8 x 8 16-bit matrices are 8 x 4
+// f32, the TF32 A-fragment layout) and dO rounded by cvt.rna in registers
+// (V is read as it is: wgmma uses its top 19 bits); the unstaged epilogue.
+// dV can not be the 16-bit kernel's: TF32 wgmma takes B only K-major, and
+// dO (d1, d3) is N-major for P^T dO. smm_bwd_dv_tf32_kernel reads a copy of
+// dO transposed to (batch, d3, d1) (ops.cpp makes it, a workspace of dO's
+// size, as lse with rows padded to 16 bytes for TMA), K-major by TMA, and
+// forms the A fragments of P^T from the x tile with 4-byte shared loads;
+// exp(x - lse) rounded by cvt.rna (a NaN stays a NaN).
+// 3xTF32 (float32-accurate): the same two kernels with each product as
+// big x big + big x small + small x big, summed a stage at a time by the
+// tensor cores and added to the accumulator in f32 (wgmma_mainloop). The A
+// operand (dO for dX, P for dV) is split in registers; the B operand's two
+// parts come from workspaces split beforehand (tf32_split: V into big and
+// small copies, dO^T into itself and a small copy), a second K-major tile a
+// stage; P = expf(x - lse) in place of ex2.approx; dX in four stages of 48
+// KiB, one CTA per SM.
+//
+// dX's epilogue is staged where the tensor maps of V, dO, x and dX can all be
+// made (128 columns; SOFTMAX_EXT_SMM_DX_STAGED=0 turns it off): the CTA's x
+// tile comes by TMA into a shared region of its own while the main loop runs,
+// the epilogue computes dX in place there and TMA stores it (clipped at d1
+// and d2), in place of 4-byte loads and stores of global memory after the
+// main loop; two stages instead of three so that two CTAs still fit an SM.
+#pragma once
+
+#include "cuda/families/softmax_matmul/cuda_launch.h"
+#include "cuda/families/softmax_matmul/sm90_common.cuh"
+#include "cuda/families/softmax_matmul/tma.cuh"
+
+#include <c10/cuda/CUDAException.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace softmax_ext::smm::cuda::sm90 {
+
+constexpr int kThreads = 256;
+// Columns of a K tile (one 128-byte row of a stage): 64 16-bit, 32 f32.
+template <typename T>
+constexpr int kKCols = 128 / static_cast<int>(sizeof(T));
+
+// ---------------------------------------------------------------------------
+// D = rowsum(dO * O), f32.
+template <typename T>
+__global__ void smm_bwd_delta_kernel(const T* go, const T* o, float* D, int64_t rows, int64_t d3) {
+  const int64_t row = blockIdx.x * int64_t{8} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const T* g = go + row * d3;
+  const T* p = o + row * d3;
+  float s = 0.f;
+  if constexpr (std::is_same_v<T, float>) {
+    if (d3 % 4 == 0) {
+      for (int64_t c = 4 * lane; c < d3; c += 128) {
+        const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(p + c);
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+      }
+    } else {
+      for (int64_t c = lane; c < d3; c += 32) s = fmaf(g[c], p[c], s);
+    }
+  } else if (d3 % 8 == 0) {
+    for (int64_t c = 8 * lane; c < d3; c += 256) {
+      const uint4 a = *reinterpret_cast<const uint4*>(g + c), b = *reinterpret_cast<const uint4*>(p + c);
+      const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float2 fa, fb;
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+          fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&aw[e]));
+          fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bw[e]));
+        } else {
+          fa = __half22float2(*reinterpret_cast<const __half2*>(&aw[e]));
+          fb = __half22float2(*reinterpret_cast<const __half2*>(&bw[e]));
+        }
+        s = fmaf(fa.x, fb.x, s);
+        s = fmaf(fa.y, fb.y, s);
+      }
+    }
+  } else {
+    for (int64_t c = lane; c < d3; c += 32) {
+      float fa, fb;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        fa = __bfloat162float(g[c]);
+        fb = __bfloat162float(p[c]);
+      } else {
+        fa = __half2float(g[c]);
+        fb = __half2float(p[c]);
+      }
+      s = fmaf(fa, fb, s);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) D[row] = s;
+}
+
+// D = rowsum(dO * O) on `stream`: eight rows a block of 256 threads.
+template <typename T>
+void launch_delta(const BwdArgs& a, cudaStream_t stream) {
+  const int64_t rows = a.batch * a.d1;
+  smm_bwd_delta_kernel<T><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+      static_cast<const T*>(a.go), static_cast<const T*>(a.out), a.delta, rows, a.d3);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------
+// dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of kKCols.
+constexpr int kDxStages = 3;        // the epilogue from registers to global memory
+constexpr int kDxStagedStages = 2;  // the staged epilogue: its x tile takes a stage's room (2 CTAs per SM)
+constexpr int kDxSplitStages = 4;   // 3xTF32: stages of 48 KiB, one CTA per SM
+
+// S pipeline stages; STAGED: then the x tile of the staged epilogue (128
+// rows of d1 x BN columns of d2 as BN / 64 panels of 128 rows x 128 bytes,
+// 128-byte swizzled; dX replaces it in place) and its mbarrier after the
+// stages' ones. SPLIT (3xTF32): a stage also holds V's small part after dO.
+template <int BN, int S, bool STAGED = false, bool SPLIT = false>
+struct DxCfg {
+  static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x kKCols columns (d3), K-major
+  static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x kKCols columns
+  static constexpr int kLoOffset = SPLIT ? kVBytes + kOBytes : 0;  // SPLIT: V's small part, as V
+  static constexpr int kStageBytes = kVBytes + kOBytes + (SPLIT ? kVBytes : 0);  // multiples of 1 KiB
+  static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
+  static constexpr int kXOffset = S * kStageBytes;       // STAGED: the x tile, 1 KiB aligned
+  static constexpr int kPanelBytes = 128 * 128;          // STAGED: 64 columns x 128 rows
+  static constexpr int kXBytes = STAGED ? BN / 64 * kPanelBytes : 0;
+  static constexpr int kBarOffset = kXOffset + kXBytes;  // TMA: one mbarrier per stage (+ the x tile's)
+  static constexpr int kSmem = kBarOffset + 8 * (S + (STAGED ? 1 : 0)) + 1024;
+};
+
+#ifdef SMM_SM90A_DEVICE
+template <typename T, int BN>
+__device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const T* vb, const T* gb, int64_t row0,
+                                        int64_t n0, int64_t k0) {
+  // V rows n0.., columns k0..k0 + kKCols - 1; dO rows row0.., the same columns
+  load_swizzled_tile<T, BN, 8, kThreads>(stage, vb, a.v_row_stride, n0, k0, a.d2, a.d3);
+  load_swizzled_tile<T, 128, 8, kThreads>(stage + DxCfg<BN, kDxStages>::kVBytes, gb, a.d3, row0, k0, a.d1, a.d3);
+}
+
+// The same by TMA (one thread): V as one box of kKCols columns x BN rows, dO
+// as one box of kKCols columns x 128 rows; the layout dx_load writes.
+// SPLIT: also V's small part (tmvl), a box like V's.
+template <int BN, bool SPLIT = false>
+__device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
+                                       const CUtensorMap* tmvl, int row0, int n0, int k0, int b) {
+  using C = DxCfg<BN, kDxStages, false, SPLIT>;  // (the stage layout does not depend on the stage count)
+  mbar_expect_tx(bar, C::kTxBytes);
+  tma_load_3d(stage, tmv, k0, n0, b, bar);
+  tma_load_3d(stage + C::kVBytes, tmo, k0, row0, b, bar);
+  if constexpr (SPLIT) tma_load_3d(stage + C::kLoOffset, tmvl, k0, n0, b, bar);
+}
+
+// The staged epilogue's x tile by TMA (one thread): BN / 64 boxes of 64
+// columns x 128 rows, one panel each, zero fill past d1 and d2.
+template <int BN>
+__device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtensorMap* tmx, int row0, int n0,
+                                         int b) {
+  using C = DxCfg<BN, kDxStagedStages, true>;
+  mbar_expect_tx(bar, C::kXBytes);
+#pragma unroll
+  for (int p = 0; p < BN / 64; ++p) tma_load_3d(xs + p * C::kPanelBytes, tmx, n0 + 64 * p, row0, b, bar);
+}
+#endif
+
+#ifdef SMM_SM90A_DEVICE
+// v into fragment register e of k block kb as TF32, rounded by cvt.rna (a
+// NaN stays a NaN); SPLIT: also its small part (v minus the rounded value,
+// rounded to nearest) into fragment 4 + kb.
+template <bool SPLIT, int N>
+__device__ __forceinline__ void put_tf32(uint32_t (&f)[N][4], int kb, int e, float v) {
+  const uint32_t big = to_tf32(v);
+  f[kb][e] = big;
+  if constexpr (SPLIT) f[4 + kb][e] = to_tf32_rn(v - __uint_as_float(big));
+}
+
+// The pipelined main loop of both backward kernels: kS stages, kS - 1 loads
+// in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments of 16
+// columns a stage) x B (the stage in shared memory) with wgmma, the next
+// stage's A fragments read while the current wgmma runs.
+//   LOAD (tma.cuh): kCpAsync: load(stage_address, k, bar) issues stage k's
+//     cp.async copies (every thread; bar unused); kTma: thread 0 calls it to
+//     issue stage k's boxes and the arrive.expect_tx on bar, the mbarrier of
+//     the stage (at bars + 8 * (k % kS)), which every thread waits on with
+//     the parity (k / kS) & 1; a block-wide barrier (every warp done with the
+//     stage) precedes each refill;
+//   fetch(frags, stage_address): the A fragments of a landed stage;
+//   kDescStep: bytes between the B descriptors of the 4 fragments (TB: B's
+//   major-ness, as wgmma_rs takes it).
+// kLoOffset != 0: 3xTF32 (T = float). fetch fills 8 fragments, the 4 big
+// parts then the 4 small ones; the stage holds B's big part (B rounded to
+// TF32) and, kLoOffset bytes past it, B's small part.
+// Each stage's small x big, big x small and big x big products are summed
+// by the tensor cores into a zeroed tile accumulator, added to acc in f32,
+// so that the tensor cores' own accumulation spans one stage only.
+template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, int LOAD, int kLoOffset = 0,
+          typename LoadFn, typename Fetch>
+__device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, uint32_t bars, int nk,
+                                               uint64_t desc_base, const LoadFn& load, const Fetch& fetch) {
+  constexpr bool TMA = LOAD == kTma;
+  constexpr bool kSplit = kLoOffset != 0;
+  static_assert(!kSplit || std::is_same_v<T, float>, "3xTF32 is float32 only");
+  constexpr int kFrags = kSplit ? 8 : 4;
+  uint32_t fa[kFrags][4], fb[kFrags][4];
+  [[maybe_unused]] float tile[kSplit ? BN / 2 : 1];
+  if constexpr (TMA) {
+    init_stage_barriers<kS>(bars);
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < kS - 1 && s < nk; ++s) load(smem + s * kStageBytes, s, bars + 8 * s);
+    }
+    mbar_wait(bars, 0);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kS - 1; ++s) {
+      if (s < nk) load(smem + s * kStageBytes, s, 0u);
+      cp_async_commit();
+    }
+    cp_async_wait<kS - 2>();
+    fence_proxy_async();
+    __syncthreads();
+  }
+  fetch(fa, smem);
+
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t stage = smem + static_cast<uint32_t>(kt % kS) * kStageBytes;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_reg(tile[i]);
+    }
+    wgmma_fence();
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) {
+        const uint64_t db = desc_base | ((stage + kb * kDescStep) >> 4);
+        const uint64_t ds = desc_base | ((stage + kLoOffset + kb * kDescStep) >> 4);
+        wgmma_tf32<BN>(tile, fa[4 + kb], db, kb != 0);  // small x big (the first overwrites the tile)
+        wgmma_tf32<BN>(tile, fa[kb], ds, 1);            // big x small
+        wgmma_tf32<BN>(tile, fa[kb], db, 1);            // big x big
+      }
+    } else {
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
+    }
+    wgmma_commit();
+    if (kt + 1 < nk) {
+      const int kn = kt + kS - 1;
+      if constexpr (TMA) {
+        // every warp done with tile kt - 1 (its wgmma waited, its fragments
+        // fetched in earlier iterations): its stage is refilled now
+        __syncthreads();
+        if (threadIdx.x == 0 && kn < nk)
+          load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn, bars + 8 * (kn % kS));
+        mbar_wait(bars + 8 * ((kt + 1) % kS), ((kt + 1) / kS) & 1);
+      } else {
+        cp_async_wait<kS - 3>();
+        fence_proxy_async();
+        __syncthreads();
+        if (kn < nk) load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn, 0u);
+        cp_async_commit();
+      }
+      fetch(fb, smem + static_cast<uint32_t>((kt + 1) % kS) * kStageBytes);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    if constexpr (kSplit) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) {
+        fence_reg(tile[i]);
+        acc[i] += tile[i];
+      }
+    }
+#pragma unroll
+    for (int kb = 0; kb < kFrags; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_reg(fa[kb][e]);
+    if (kt + 1 < nk) {
+#pragma unroll
+      for (int kb = 0; kb < kFrags; ++kb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) fa[kb][e] = fb[kb][e];
+    }
+  }
+}
+#endif
+
+// LOAD: kTma with the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box
+// kKCols x 128); kCpAsync ignores them. S: pipeline stages. STAGED (kTma
+// only): the epilogue through shared memory, with the tensor maps tmx (x)
+// and tmd (dX), boxes of 64 x 128 (unused otherwise). SPLIT (3xTF32, kTma
+// only): dO split into big and small parts in registers, V's small part by
+// tmvl (unused otherwise), P = expf(x - lse).
+template <typename T, int BN, int LOAD, int S, bool STAGED, bool SPLIT = false>
+__global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
+    smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
+                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
+                      const __grid_constant__ CUtensorMap tmd, const __grid_constant__ CUtensorMap tmvl) {
+  static_assert(!STAGED || LOAD == kTma, "the staged epilogue is TMA only");
+  static_assert(!STAGED || sizeof(T) == 2, "the staged epilogue is 16-bit only");
+  static_assert(!SPLIT || (std::is_same_v<T, float> && LOAD == kTma && !STAGED), "3xTF32: f32, TMA, unstaged");
+#ifdef SMM_SM90A_DEVICE
+  using C = DxCfg<BN, S, STAGED, SPLIT>;
+  constexpr int kS = S;
+  const uint32_t smem = smem_base_1k();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const CtaTile<BN> cta(a.d2, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
+  const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
+  constexpr int kK = kKCols<T>;
+  const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
+
+  const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int lane_r7 = lr & 7, lane_hi = lane >> 4;
+  const uint32_t o_lane = C::kVBytes + lr * 128;
+  const uint64_t desc_base = desc_kmajor();
+  // STAGED: the x tile and its mbarrier (after the stages' ones), initialised
+  // here; the main loop's fences and first block-wide barrier publish it.
+  const uint32_t xs = smem + C::kXOffset, xbar = smem + C::kBarOffset + 8 * kS;
+  if constexpr (STAGED) {
+    if (tid == 0) mbar_init(xbar, 1);
+  }
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset>(
+      acc, smem, smem + C::kBarOffset, nk, desc_base,
+      [&](uint32_t stage, int k, uint32_t bar) {
+        if constexpr (LOAD == kTma) {
+          dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
+                            static_cast<int>(b));
+          // STAGED: the x tile right behind the first stage (nk >= 1), so
+          // that it lands while the main loop runs
+          if constexpr (STAGED) {
+            if (k == 0) dx_x_tma<BN>(xs, xbar, &tmx, static_cast<int>(row0), static_cast<int>(n0), static_cast<int>(b));
+          }
+        } else {
+          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
+        }
+      },
+      [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
+#pragma unroll
+        for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+        if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+          for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) put_tf32<SPLIT>(f, kb, e, __uint_as_float(f[kb][e]));
+        }
+      });
+
+  // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
+  constexpr float kLog2e = 1.4426950408889634f;
+  if constexpr (STAGED) {
+    // x and dX in the shared tile: this thread's pair of columns 8j + 2t of
+    // tile row r = 16 warp + g + 8h is 4 bytes at 4t in 16-byte chunk j % 8
+    // of panel j / 8, stored at ((j % 8) ^ (r % 8)) << 4 of the row (r % 8 =
+    // g); each element read and written by the same thread, so in place. Rows
+    // past d1: lse and D not read (their dX is computed from zeros and not
+    // stored: the TMA store clips at d1, as at d2).
+    float nl[2], dd[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 16 * warp + g + 8 * h;
+      const bool in = row < a.d1;
+      nl[h] = in ? -a.lse[b * a.d1 + row] * kLog2e : 0.f;
+      dd[h] = in ? a.delta[b * a.d1 + row] : 0.f;
+    }
+    const uint32_t xt = xs + (16 * warp + g) * 128 + 4 * t;
+    uint32_t xw[2][BN / 8];
+    mbar_wait(xbar, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+        asm volatile("ld.shared.b32 %0, [%1];"
+                     : "=r"(xw[h][j])
+                     : "r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes + (((j % 8) ^ g) << 4)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const float2 xv = unpack<T>(xw[h][j]);
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl[h])), p1 = ex2(fmaf(xv.y, kLog2e, nl[h]));
+        const uint32_t d = pack<T>(p0 * (acc[4 * j + 2 * h] - dd[h]), p1 * (acc[4 * j + 2 * h + 1] - dd[h]));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes +
+                                                    (((j % 8) ^ g) << 4)),
+                     "r"(d)
+                     : "memory");
+      }
+    // the tile stored by TMA, a box per panel (none for a panel wholly past d2)
+    store_panels<BN / 64>(&tmd, xs, C::kPanelBytes, n0, a.d2, row0, b);
+    return;
+  }
+  const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
+  T* dxb = static_cast<T*>(a.dx) + b * a.d1 * a.d2;
+  const int64_t r0 = row0 + 16 * warp + g;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = r0 + 8 * h;
+    if (row >= a.d1) continue;
+    const float lse = a.lse[b * a.d1 + row], nl = -lse * kLog2e;
+    const float dd = a.delta[b * a.d1 + row];
+    const T* xr = xb + row * a.x_row_stride;
+    T* dr = dxb + row * a.d2;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int64_t col = n0 + 8 * j + 2 * t;
+      if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
+      if constexpr (std::is_same_v<T, float>) {
+        const float2 xv = *reinterpret_cast<const float2*>(xr + col);
+        const float p0 = SPLIT ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
+        const float p1 = SPLIT ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
+        *reinterpret_cast<float2*>(dr + col) = make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+      } else {
+        const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+        *reinterpret_cast<uint32_t*>(dr + col) =
+            pack<T>(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+      }
+    }
+  }
+#else
+  __trap();
+#endif
+}
+// The lse tensor map: f32 (batch, d1), rows `stride` floats apart, as {d1,
+// batch}, boxes of `box` x 1, no swizzle. False where it cannot be made
+// (batch > 1 with stride * 4 not a multiple of 16, a tensor map's stride
+// rule; the 16-bit dV kernel then takes cp.async).
+inline bool map_lse(CUtensorMap* map, const float* lse, int64_t d1, int64_t batch, int64_t stride, int box_len) {
+  constexpr int64_t kMax = int64_t{1} << 31;
+  if (d1 >= kMax || batch >= kMax || (batch > 1 && (stride * 4) % 16 != 0)) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(d1), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>((stride * 4 + 15) / 16 * 16)};  // unread where batch == 1
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_len), 1};
+  return encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, lse, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+}  // namespace softmax_ext::smm::cuda::sm90
