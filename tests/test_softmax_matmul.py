@@ -537,10 +537,12 @@ def test_cuda_aligned_backward_f32(shape, allow_tf32):
     with tf32(allow_tf32):
         if torch.cuda.get_device_capability() == (9, 0):
             p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
-            bn = 128 if d3 <= 128 or not allow_tf32 else 256
+            # dV's columns: 256 only for TF32 with d3 > 128 and enough CTAs to fill the SMs
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            wide = allow_tf32 and d3 > 128 and b * -(-d2 // 128) * -(-d3 // 256) >= sms
             d1p = (d1 + 3) // 4 * 4
             variant = "tf32" if allow_tf32 else "3xtf32"
-            assert p.kernel == f"cuda.wgmma.backward.{variant}.128x{bn}x32", p
+            assert p.kernel == f"cuda.wgmma.backward.{variant}.128x{256 if wide else 128}x32", p
             # D, then lse and dO^T (and V's and dO^T's TF32 parts), each at a 16-byte boundary
             words = (b * d1 + 3) // 4 * 4 + b * d1p * (1 + d3) + (0 if allow_tf32 else b * d3 * (2 * d2 + d1p))
             assert p.workspace_size == 4 * words, p

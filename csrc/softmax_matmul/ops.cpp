@@ -14,6 +14,7 @@
 #include "softmax_matmul/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
 #include "cuda/core/layout_copy.h"
+#include "plan/family.h"
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #endif
 
@@ -93,7 +94,9 @@ Descriptor describe(const at::Tensor& x3, const at::Tensor& v3) {
     d.aligned16 = reinterpret_cast<uintptr_t>(x3.data_ptr()) % 16 == 0 &&
                   reinterpret_cast<uintptr_t>(v3.data_ptr()) % 16 == 0;
 #ifdef SOFTMAX_EXT_WITH_CUDA
-    d.arch = cuda::device_arch(x3.get_device());
+    const DeviceFacts& facts = softmax_ext::cuda::device_facts(x3.get_device());  // cached
+    d.arch = facts.arch;
+    d.sms = facts.sms;
 #endif
   }
   return d;

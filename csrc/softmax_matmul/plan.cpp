@@ -103,6 +103,11 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     // dX's K tile
     const bool split3 = p.math == Math::kExactF32;
     p.bn = (d.d3 <= 64 && !f32) ? 64 : ((d.d3 <= 128 || split3) ? 128 : 256);
+    // dV's CTAs (batch x blocks of 128 rows of d2 x blocks of bn columns of
+    // d3) fill the SMs: narrower columns where wider ones leave SMs idle
+    const int min_bn = f32 ? 128 : 64;
+    auto dv_ctas = [&d](int bn) { return d.batch * ((d.d2 + 127) / 128) * ((d.d3 + bn - 1) / bn); };
+    while (p.bn > min_bn && dv_ctas(p.bn) < d.sms) p.bn /= 2;
     p.bk = f32 ? 32 : 64;
     const char* variant = f32 ? (split3 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.backward.") + variant + ".128x" + std::to_string(p.bn) + "x" +

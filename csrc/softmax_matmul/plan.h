@@ -37,6 +37,7 @@ struct Descriptor {
   c10::DeviceType device = c10::DeviceType::CPU;
   bool allow_tf32 = false;  // torch.backends.cuda.matmul.allow_tf32 at the call
   int arch = 0;             // compute capability * 10 (CUDA), 0 on CPU
+  int sms = 0;              // multiprocessors (CUDA), 0 on CPU
   bool aligned16 = false;   // x's and v's data pointers 16-byte aligned
 };
 

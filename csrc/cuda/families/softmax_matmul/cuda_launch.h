@@ -61,6 +61,5 @@ void backward_sm90_f16(const BwdArgs& a, int bn);
 // go_t, lse_p (and v_hi, v_lo, go_t_lo); false (nothing launched) where a tensor
 // map cannot be made.
 bool backward_sm90_f32(const BwdArgs& a, int bn, bool split3);
-int device_arch(int device);  // compute capability * 10
 
 }  // namespace softmax_ext::smm::cuda
