@@ -1,7 +1,7 @@
 // The blocked online loop (blocked.h): per block of d2 columns, the row max
 // moves, the f32 (f64) accumulator and row sum are rescaled by exp(m_old -
 // m_new) and the block's P = exp(x - m) times V is added with one batched
-// matmul. A max still at -inf (all entries so far -inf) is replaced by 0 in
+// matmul (d2 within one block: softmax(x) @ v directly, half the ops). A max still at -inf (all entries so far -inf) is replaced by 0 in
 // the exponent so that -inf - -inf never makes a NaN; a row all -inf ends
 // with sum 0 and so 0/0 = NaN, like softmax(x) @ v.
 #include "softmax_matmul/blocked.h"
@@ -23,6 +23,15 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (d2 == 0) {
     return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
+  }
+  if (d2 <= block) {  // one block: no running max to move, no accumulator to rescale
+    at::Tensor s = x.to(acc);
+    at::Tensor m = std::get<0>(s.max(-1, true));
+    at::Tensor m_use = at::where(m == -inf, at::zeros_like(m), m);
+    at::Tensor p = (s - m_use).exp_();
+    at::Tensor l = p.sum(-1, true);
+    at::Tensor out = at::bmm(p, v.to(acc)).div_(l).to(x.scalar_type());
+    return {out, (m_use + l.log()).squeeze(-1)};
   }
   at::Tensor m = at::full({B, d1, 1}, -inf, fopt);
   at::Tensor l = at::zeros({B, d1, 1}, fopt);
