@@ -1,9 +1,10 @@
 // The blocked online loop (blocked.h): per block of d2 columns, the row max
 // moves, the f32 (f64) accumulator and row sum are rescaled by exp(m_old -
 // m_new) and the block's P = exp(x - m) times V is added with one batched
-// matmul (d2 within one block: softmax(x) @ v directly, half the ops). A max still at -inf (all entries so far -inf) is replaced by 0 in
-// the exponent so that -inf - -inf never makes a NaN; a row all -inf ends
-// with sum 0 and so 0/0 = NaN, like softmax(x) @ v.
+// matmul (d2 within one block: softmax(x) @ v directly, half the ops). A max
+// still at -inf (all entries so far -inf) is replaced by 0 in the exponent
+// so that -inf - -inf never makes a NaN; a row all -inf ends with sum 0 and
+// so 0/0 = NaN, like softmax(x) @ v.
 #include "softmax_matmul/blocked.h"
 
 #include <ATen/ATen.h>

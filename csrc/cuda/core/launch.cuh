@@ -104,6 +104,20 @@ void allow_dynamic_shared(void (*kernel)(Params...), size_t bytes) {
 // set).
 constexpr int64_t kDefaultSharedBytes = 48 * 1024;
 
+// kernel(first, b0, rest...) on `stream`: blocks of `threads` threads with
+// `smem_bytes` of dynamic shared memory (the kernel's limit raised first
+// where that passes the default), `blocks` of them along x over the batch
+// along y (launch_batch_chunks; b0 the chunk's first batch entry); checks
+// each launch.
+template <typename... Params, typename First, typename... Rest>
+void launch_batch_grid(void (*kernel)(Params...), int64_t blocks, int64_t batch, int threads, int64_t smem_bytes,
+                       cudaStream_t stream, const First& first, const Rest&... rest) {
+  if (smem_bytes > kDefaultSharedBytes) allow_dynamic_shared(kernel, static_cast<size_t>(smem_bytes));
+  launch_batch_chunks(blocks, batch, [&](dim3 grid, int64_t b0) {
+    kernel<<<grid, threads, static_cast<size_t>(smem_bytes), stream>>>(first, b0, rest...);
+  });
+}
+
 // The launch of a loop over rows (or tiles): blocks of `threads` threads,
 // in clusters of `cluster_size`, with `smem_bytes` of dynamic shared memory;
 // a persistent grid, or kMaxGridBlocks blocks (clusters) walking the rows,

@@ -391,20 +391,15 @@ template <typename T, int BN, int MODE, int WARPS>
 void launch(const Args& a) {
   using C = Config<T, BN, MODE, WARPS>;
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  auto* kernel = &smm_forward_kernel<T, BN, MODE, WARPS>;
   constexpr int smem = 2 * C::kStageBytes;
-  if constexpr (smem > 48 * 1024) {  // opt in (on the current device) to more than 48 KiB
-    softmax_ext::cuda::allow_dynamic_shared(kernel, smem);
-  }
   const int64_t es = sizeof(T);
   const bool x_vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_row_stride * es) % 16 == 0 &&
                      (a.x_batch_stride * es) % 16 == 0;
   const bool v_vec = reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && (a.v_row_stride * es) % 16 == 0 &&
                      (a.v_batch_stride * es) % 16 == 0;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + C::kBM - 1) / C::kBM);
-  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-    kernel<<<grid, C::kThreads, smem, stream>>>(a, b0, x_vec, v_vec);
-  });
+  softmax_ext::cuda::launch_batch_grid(&smm_forward_kernel<T, BN, MODE, WARPS>, blocks, a.batch, C::kThreads, smem,
+                                       stream, a, x_vec, v_vec);
 }
 
 // The tiles the plan uses (plan.cpp): (warps, BN) = (4, 128), (8, 64),

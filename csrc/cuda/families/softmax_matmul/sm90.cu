@@ -313,12 +313,9 @@ void launch(const Args& a) {
   const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') &&
                           map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, kBM);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
-  softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
-  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-    kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmx, tmv, tmo, out_staged);
-  });
+  softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, C::kSmem,
+                                       c10::cuda::getCurrentCUDAStream(), a, tmx, tmv, tmo, out_staged);
 }
 
 template <typename T>

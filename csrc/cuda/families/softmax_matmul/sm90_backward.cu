@@ -174,11 +174,9 @@ void backward(const BwdArgs& a, int bn_dv) {
     } else if (!tma) {
       kernel = &smm_bwd_dx_kernel<T, BN, kCpAsync, S, false>;
     }
-    softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, tmx, tmd, tmd);
-    });
+    softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, C::kSmem, stream, a, tmv, tmo, tmx, tmd,
+                                         tmd);
     return true;
   };
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
@@ -193,11 +191,9 @@ void backward(const BwdArgs& a, int bn_dv) {
                      map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 64) &&
                      map_lse(&tml, a.lse, a.d1, a.batch, a.d1, 64);
     auto* kernel = tma ? &smm_bwd_dv_kernel<T, BN, kTma> : &smm_bwd_dv_kernel<T, BN, kCpAsync>;
-    softmax_ext::cuda::allow_dynamic_shared(kernel, DvCfg<BN>::kSmem);
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
-    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, DvCfg<BN>::kSmem, stream>>>(a, b0, tmo, tmx, tml);
-    });
+    softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, DvCfg<BN>::kSmem, stream, a, tmo, tmx,
+                                         tml);
   };
   if (bn_dv == 64) dv(std::integral_constant<int, 64>{});
   else if (bn_dv == 128) dv(std::integral_constant<int, 128>{});

@@ -193,13 +193,10 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
     constexpr int BN = decltype(bn_tag)::value;
     constexpr bool SPLIT = decltype(split_tag)::value;
     constexpr int S = SPLIT ? kDxSplitStages : kDxStages;
-    using C = DxCfg<BN, S, false, SPLIT>;
-    auto* kernel = &smm_bwd_dx_kernel<float, BN, kTma, S, false, SPLIT>;
-    softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, tmv, tmo, none, none, tmvl);
-    });
+    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_kernel<float, BN, kTma, S, false, SPLIT>, blocks, a.batch,
+                                         kThreads, DxCfg<BN, S, false, SPLIT>::kSmem, stream, a, tmv, tmo, none, none,
+                                         tmvl);
   };
   if (split3) dx(std::integral_constant<int, 128>{}, std::true_type{});
   else if (dx_bn == 256) dx(std::integral_constant<int, 256>{}, std::false_type{});
@@ -207,13 +204,9 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
   auto dv = [&](auto bn_tag, auto split_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     constexpr bool SPLIT = decltype(split_tag)::value;
-    using C = DvTf32Cfg<BN, SPLIT>;
-    auto* kernel = &smm_bwd_dv_tf32_kernel<BN, SPLIT>;
-    softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
     const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d2 + 127) / 128);
-    softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-      kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b0, dmo, dmx, dml, dmol);
-    });
+    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dv_tf32_kernel<BN, SPLIT>, blocks, a.batch, kThreads,
+                                         DvTf32Cfg<BN, SPLIT>::kSmem, stream, a, dmo, dmx, dml, dmol);
   };
   if (split3) dv(std::integral_constant<int, 128>{}, std::true_type{});
   else if (bn == 128) dv(std::integral_constant<int, 128>{}, std::false_type{});

@@ -670,13 +670,9 @@ bool launch_f32_vt(const Args& a) {
 template <int BN, bool SPLIT>
 void launch_f32(const Args& a) {
   using C = F32Cfg<BN, SPLIT>;
-  auto* kernel = &smm_wgmma_f32_kernel<BN, SPLIT>;
-  softmax_ext::cuda::allow_dynamic_shared(kernel, C::kSmem);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-  softmax_ext::cuda::launch_batch_chunks(blocks, a.batch, [&](dim3 grid, int64_t b0) {
-    kernel<<<grid, kF32Threads, C::kSmem, stream>>>(a, b0);
-  });
+  softmax_ext::cuda::launch_batch_grid(&smm_wgmma_f32_kernel<BN, SPLIT>, blocks, a.batch, kF32Threads, C::kSmem,
+                                       c10::cuda::getCurrentCUDAStream(), a);
 }
 
 }  // namespace sm90
