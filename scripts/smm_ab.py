@@ -5,7 +5,7 @@ and the matmul ceiling, in one process.
     python scripts/smm_ab.py [--backward] [--profile] [--only=bf16,tf32,f32] [--variants=default,...] [d2 ...]
 
 --profile: the CUDA kernels of one softmax_ext call (forward and backward)
-at the largest d2, per dtype, with their times.
+at the largest d2, per dtype and variant, with their times.
 """
 
 import os
@@ -20,7 +20,7 @@ import softmax_ext
 FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "bn128": {"SOFTMAX_EXT_SMM_BN": "128"},
            "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}, "f32-transpose": {"SOFTMAX_EXT_SMM_F32_TRANSPOSE": "1"},
            "out-unstaged": {"SOFTMAX_EXT_SMM_OUT_STAGED": "0"}}
-BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-unstaged": {"SOFTMAX_EXT_SMM_DX_STAGED": "0"},
+BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-rs": {"SOFTMAX_EXT_SMM_DX_SS": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}}
 
 
@@ -105,7 +105,9 @@ def main(argv):
                 line += f" | {vname} {ms:.3f} ms {pct:4.1f}% x{naive / ms:.2f} err {err:.0e}"
             print(line, flush=True)
         if "--profile" in argv:
-            profile(x, v, backward)
+            for vname in variant_names:
+                print(f"  {name} d2={d2} {vname}:")
+                with_env(variants[vname], lambda: profile(x, v, backward))
 
 
 if __name__ == "__main__":

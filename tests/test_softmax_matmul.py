@@ -577,7 +577,8 @@ def test_cuda_aligned_backward_loads_agree(dtype, shape, monkeypatch):
     # on sm_90 the fused backward kernels load their tiles by TMA where the
     # tensor maps can be made and by cp.async with SOFTMAX_EXT_SMM_CPASYNC=1:
     # the same shared-memory tiles (zero fill past the edges either way), so
-    # the same gradients bit for bit (dX with 128 and with 256 columns)
+    # the same gradients bit for bit (dX with 128 and with 256 columns; with
+    # 128, TMA's is the SS kernel and cp.async's the register-A one)
     b, d1, d2, d3 = shape
     x = randn((b, d1, d2), dtype, "cuda", 48, scale=3.0)
     v = randn((b, d2, d3), dtype, "cuda", 49)
@@ -596,11 +597,13 @@ def test_cuda_aligned_backward_loads_agree(dtype, shape, monkeypatch):
 @pytest.mark.parametrize("shape", [(3, 200, 264, 136), (2, 130, 1000, 520), (1, 1, 8, 8), (2, 64, 64, 64),
                                    (1, 257, 384, 72)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("x_pad", [0, 16], ids=["contiguous", "row-strided"])
-def test_cuda_aligned_backward_staged_dx_agrees(dtype, shape, x_pad, monkeypatch):
-    # The default on sm_90: dX's epilogue through shared memory (x tile by
-    # TMA, dX stored by TMA, clipped at d1 and d2) with the same f32 math as
-    # the unstaged kernel's (SOFTMAX_EXT_SMM_DX_STAGED=0): the same gradients
-    # bit for bit.
+def test_cuda_aligned_backward_ss_dx_agrees(dtype, shape, x_pad, monkeypatch):
+    # The default on sm_90: dX with both operands in shared memory and its
+    # epilogue through shared memory (x tile by TMA into a finished stage, dX
+    # stored by TMA, clipped at d1 and d2), the same products in the same
+    # order and the same f32 math as the register-A kernel with its epilogue
+    # through global memory (SOFTMAX_EXT_SMM_DX_SS=0): the same gradients bit
+    # for bit.
     # Tails in d1 (not a multiple of 128) and d2 (not a multiple of 128), a
     # batch dim, more K tiles than stages, and x rows with a stride past d2.
     b, d1, d2, d3 = shape
@@ -609,17 +612,17 @@ def test_cuda_aligned_backward_staged_dx_agrees(dtype, shape, x_pad, monkeypatch
     go = randn((b, d1, d3), dtype, "cuda", 53)
     monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_BN", raising=False)
     monkeypatch.delenv("SOFTMAX_EXT_SMM_CPASYNC", raising=False)
-    monkeypatch.setenv("SOFTMAX_EXT_SMM_DX_STAGED", "0")
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_DX_SS", "0")
     dx, dv = _grads(x, v, go)
-    monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_STAGED")
-    if torch.cuda.get_device_capability() == (9, 0):  # the staged kernel is the one that ran
+    monkeypatch.delenv("SOFTMAX_EXT_SMM_DX_SS")
+    if torch.cuda.get_device_capability() == (9, 0):  # the SS kernel is the one that ran
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             sx, sv = _grads(x, v, go)
             torch.cuda.synchronize()
         names = [e.key for e in prof.key_averages()]
-        assert any("smm_bwd_dx_kernel" in n and ", 2, true, false>" in n for n in names), names
+        assert any("smm_bwd_dx_ss_kernel" in n for n in names), names
     else:
         sx, sv = _grads(x, v, go)
     assert torch.equal(dx, sx) and torch.equal(dv, sv)

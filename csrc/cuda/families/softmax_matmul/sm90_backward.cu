@@ -152,38 +152,35 @@ void backward(const BwdArgs& a, int bn_dv) {
   // contiguous (batch, d1, d3)); SOFTMAX_EXT_SMM_CPASYNC=1: cp.async (A/B work).
   const char* cp_env = std::getenv("SOFTMAX_EXT_SMM_CPASYNC");
   const bool cp_only = cp_env != nullptr && cp_env[0] == '1';
-  // dX: 128 columns of d2 per CTA, two CTAs per SM (one's epilogue beside the
-  // other's products); SOFTMAX_EXT_SMM_DX_BN=256: 256 columns, one CTA per SM.
-  // The staged epilogue (unless DX_BN=256 or SOFTMAX_EXT_SMM_DX_STAGED=0)
-  // where the maps of V, dO, x and dX can all be made, the unstaged kernel
-  // otherwise. False where the staged kernel was asked for and not launched.
-  auto dx = [&](auto bn_tag, auto staged_tag) {
-    constexpr int BN = decltype(bn_tag)::value;
-    constexpr bool STAGED = decltype(staged_tag)::value;
-    constexpr int S = STAGED ? kDxStagedStages : kDxStages;
-    using C = DxCfg<BN, S, STAGED>;
-    CUtensorMap tmv{}, tmo{}, tmx{}, tmd{};
-    const bool tma = !cp_only &&
-                     map_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, BN) &&
-                     map_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
-    auto* kernel = &smm_bwd_dx_kernel<T, BN, kTma, S, STAGED>;
-    if constexpr (STAGED) {
-      if (!tma || !map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 128) ||
-          !map_3d<T>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 64, 128))
-        return false;
-    } else if (!tma) {
-      kernel = &smm_bwd_dx_kernel<T, BN, kCpAsync, S, false>;
-    }
-    const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, C::kSmem, stream, a, tmv, tmo, tmx, tmd,
-                                         tmd);
-    return true;
+  // dX: the SS kernel (128 columns of d2 per CTA, two CTAs per SM, the
+  // epilogue through shared memory) where the maps of V, dO, x and dX can
+  // all be made; the register-A kernel (128 columns, or 256 with
+  // SOFTMAX_EXT_SMM_DX_BN=256) otherwise, by TMA where V's and dO's maps can
+  // be made, by cp.async if not.
+  CUtensorMap tmv{}, tmo{}, tmx{}, tmd{};
+  const auto map_vo = [&](int bn) {
+    return !cp_only && map_3d<T>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 64, bn) &&
+           map_3d<T>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, 128);
   };
-  const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
-  const char* staged_env = std::getenv("SOFTMAX_EXT_SMM_DX_STAGED");
-  if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{}, std::false_type{});
-  else if ((staged_env != nullptr && staged_env[0] == '0') || !dx(std::integral_constant<int, 128>{}, std::true_type{}))
-    dx(std::integral_constant<int, 128>{}, std::false_type{});
+  if (dx_ss_wanted() && map_vo(128) &&
+      map_3d<T>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 64, 128) &&
+      map_3d<T>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 64, 128)) {
+    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_ss_kernel<T, kDxStages>,
+                                         ((a.d2 + 127) / 128) * ((a.d1 + 127) / 128), a.batch, kThreads,
+                                         DxCfg<128, kDxStages>::kSmem, stream, a, tmv, tmo, tmx, tmd);
+  } else {
+    auto dx = [&](auto bn_tag) {
+      constexpr int BN = decltype(bn_tag)::value;
+      auto* kernel = map_vo(BN) ? &smm_bwd_dx_kernel<T, BN, kTma, kDxStages>
+                                : &smm_bwd_dx_kernel<T, BN, kCpAsync, kDxStages>;
+      const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
+      softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, DxCfg<BN, kDxStages>::kSmem, stream,
+                                           a, tmv, tmo, tmv);
+    };
+    const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
+    if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{});
+    else dx(std::integral_constant<int, 128>{});
+  }
   auto dv = [&](auto bn_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     CUtensorMap tmo{}, tmx{}, tml{};

@@ -1,17 +1,19 @@
 // softmax_matmul backward for Hopper (sm_90a), bf16, f16 and float32 (TF32,
 // or 3xTF32 where TF32 is not allowed): three kernels, deterministic (every
 // output element has one owner, no atomics), no (d1, d2) intermediate beyond
-// dX itself. This header: what both launchers share (D, the dX kernel, the
+// dX itself. This header: what both launchers share (D, the dX kernels, the
 // pipelined main loop, the lse's tensor map); sm90_backward.cu: the 16-bit
 // dV kernel and launcher; sm90_backward_f32.cu: the TF32 / 3xTF32 dV kernel,
 // the split of B operands and the float32 launcher.
 //
 //   D  = rowsum(dO * O)              (f32, (batch, d1): one warp per row)
-//   dX = P * (dO V^T - D)            smm_bwd_dx_kernel: a GEMM over K = d3 with
-//        P = exp(x - lse)            the softmax-backward epilogue; CTA = 128 rows
-//                                    of d1 x BN columns of d2; A = dO (ldmatrix
-//                                    from 128-byte-swizzled shared memory into
-//                                    registers), B = V rows, K-major.
+//   dX = P * (dO V^T - D)            smm_bwd_dx_ss_kernel: a GEMM over K = d3
+//        P = exp(x - lse)            with the softmax-backward epilogue; CTA =
+//                                    128 rows of d1 x 128 columns of d2, two
+//                                    CTAs per SM; A = dO, B = V rows, both
+//                                    K-major in shared memory (wgmma SS), one
+//                                    stage's products in flight while the
+//                                    next stage's are issued.
 //   dV = P^T dO                      smm_bwd_dv_kernel: CTA = 128 rows of d2 x BN
 //                                    columns of d3, loop over d1 in tiles of 64
 //                                    (the forward kernel with the roles turned:
@@ -19,39 +21,43 @@
 //                                    in registers as the A operand while the
 //                                    previous tile's wgmma runs, B = dO N-major).
 //
-// Both kernels: 2 warpgroups, wgmma (sm90_common.cuh), a pipeline of stages
-// in the 128-byte-swizzled layout filled by TMA (tma.cuh: one thread issues a
+// Both: 2 warpgroups, wgmma (sm90_common.cuh), a pipeline of stages in the
+// 128-byte-swizzled layout filled by TMA (tma.cuh: one thread issues a
 // stage's boxes, an mbarrier per stage completes, a block-wide barrier before
-// a stage is refilled) where the tensor maps can be made, by cp.async from
-// every thread otherwise (SOFTMAX_EXT_SMM_CPASYNC=1 forces it, as for the
-// forward); zero fill at the tails either way. The plan takes them for
-// 16-byte aligned rows with d2 and d3 multiples of 8 (plan.cpp).
+// a stage is refilled) where the tensor maps can be made; zero fill at the
+// tails. The plan takes them for 16-byte aligned rows with d2 and d3
+// multiples of 8 (plan.cpp).
 //
-// TF32 (T = float): the same dX kernel with K tiles of 32 columns (a stage's
-// rows are 128 bytes either way; ldmatrix's 8 x 8 16-bit matrices are 8 x 4
-// f32, the TF32 A-fragment layout) and dO rounded by cvt.rna in registers
-// (V is read as it is: wgmma uses its top 19 bits); the unstaged epilogue.
-// dV can not be the 16-bit kernel's: TF32 wgmma takes B only K-major, and
-// dO (d1, d3) is N-major for P^T dO. smm_bwd_dv_tf32_kernel reads a copy of
-// dO transposed to (batch, d3, d1) (ops.cpp makes it, a workspace of dO's
-// size, as lse with rows padded to 16 bytes for TMA), K-major by TMA, and
-// forms the A fragments of P^T from the x tile with 4-byte shared loads;
-// exp(x - lse) rounded by cvt.rna (a NaN stays a NaN).
-// 3xTF32 (float32-accurate): the same two kernels with each product as
-// big x big + big x small + small x big, summed a stage at a time by the
-// tensor cores and added to the accumulator in f32 (wgmma_mainloop). The A
-// operand (dO for dX, P for dV) is split in registers; the B operand's two
-// parts come from workspaces split beforehand (tf32_split: V into big and
-// small copies, dO^T into itself and a small copy), a second K-major tile a
-// stage; P = expf(x - lse) in place of ex2.approx; dX in four stages of 48
-// KiB, one CTA per SM.
+// dX's 16-bit epilogue is staged: the CTA's x tile comes by TMA into the
+// stage the K loop has finished with, while the last K tiles run; the
+// epilogue computes dX in place there and TMA stores it (clipped at d1 and
+// d2). Where a tensor map of x or dX cannot be made (or
+// SOFTMAX_EXT_SMM_DX_SS=0 asks, or SOFTMAX_EXT_SMM_DX_BN=256), dX is
+// smm_bwd_dx_kernel: dO's A fragments by ldmatrix into registers, loads by
+// TMA or, where V's or dO's map cannot be made (SOFTMAX_EXT_SMM_CPASYNC=1
+// forces it, as for the forward), by cp.async from every thread, the
+// epilogue through global memory (4-byte loads of x, stores of dX); dV
+// takes cp.async likewise.
 //
-// dX's epilogue is staged where the tensor maps of V, dO, x and dX can all be
-// made (128 columns; SOFTMAX_EXT_SMM_DX_STAGED=0 turns it off): the CTA's x
-// tile comes by TMA into a shared region of its own while the main loop runs,
-// the epilogue computes dX in place there and TMA stores it (clipped at d1
-// and d2), in place of 4-byte loads and stores of global memory after the
-// main loop; two stages instead of three so that two CTAs still fit an SM.
+// TF32 (T = float): the register-A dX kernel with K tiles of 32 columns (a
+// stage's rows are 128 bytes either way; ldmatrix's 8 x 8 16-bit matrices
+// are 8 x 4 f32, the TF32 A-fragment layout), dO rounded by cvt.rna in
+// registers (V read as it is: wgmma uses its top 19 bits), the epilogue
+// through global memory. dV can not be the
+// 16-bit kernel's: TF32 wgmma takes B only K-major, and dO (d1, d3) is
+// N-major for P^T dO. smm_bwd_dv_tf32_kernel reads a copy of dO transposed
+// to (batch, d3, d1) (ops.cpp makes it, a workspace of dO's size, as lse
+// with rows padded to 16 bytes for TMA), K-major by TMA, and forms the A
+// fragments of P^T from the x tile with 4-byte shared loads; exp(x - lse)
+// rounded by cvt.rna (a NaN stays a NaN).
+// 3xTF32 (float32-accurate): the register-A dX kernel and the TF32 dV kernel
+// with each product as big x big + big x small + small x big, summed a stage
+// at a time by the tensor cores and added to the accumulator in f32
+// (wgmma_mainloop). The A operand (dO for dX, P for dV) is split in
+// registers; the B operand's two parts come from workspaces split
+// beforehand (tf32_split: V into big and small copies, dO^T into itself and
+// a small copy), a second K-major tile a stage; P = expf(x - lse) in place
+// of ex2.approx; dX in four stages of 48 KiB, one CTA per SM.
 #pragma once
 
 #include "cuda/families/softmax_matmul/cuda_launch.h"
@@ -62,6 +68,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 namespace softmax_ext::smm::cuda::sm90 {
@@ -140,26 +147,25 @@ void launch_delta(const BwdArgs& a, cudaStream_t stream) {
 
 // ---------------------------------------------------------------------------
 // dX: CTA = 128 rows of d1 x BN columns of d2; K = d3 in tiles of kKCols.
-constexpr int kDxStages = 3;        // the epilogue from registers to global memory
-constexpr int kDxStagedStages = 2;  // the staged epilogue: its x tile takes a stage's room (2 CTAs per SM)
+constexpr int kDxStages = 3;        // two CTAs per SM (BN = 128)
 constexpr int kDxSplitStages = 4;   // 3xTF32: stages of 48 KiB, one CTA per SM
 
-// S pipeline stages; STAGED: then the x tile of the staged epilogue (128
-// rows of d1 x BN columns of d2 as BN / 64 panels of 128 rows x 128 bytes,
-// 128-byte swizzled; dX replaces it in place) and its mbarrier after the
-// stages' ones. SPLIT (3xTF32): a stage also holds V's small part after dO.
-template <int BN, int S, bool STAGED = false, bool SPLIT = false>
+// S pipeline stages, then their mbarriers and the x tile's (the SS kernel's
+// staged epilogue: the tile, 128 rows of d1 x BN columns of d2 as BN / 64
+// panels of 128 rows x 128 bytes, 128-byte swizzled, takes a stage once the
+// K loop is done with it; dX replaces it in place). SPLIT (3xTF32): a stage
+// also holds V's small part after dO.
+template <int BN, int S, bool SPLIT = false>
 struct DxCfg {
   static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x kKCols columns (d3), K-major
   static constexpr int kOBytes = 128 * 128;        // 128 rows of dO x kKCols columns
   static constexpr int kLoOffset = SPLIT ? kVBytes + kOBytes : 0;  // SPLIT: V's small part, as V
   static constexpr int kStageBytes = kVBytes + kOBytes + (SPLIT ? kVBytes : 0);  // multiples of 1 KiB
   static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
-  static constexpr int kXOffset = S * kStageBytes;       // STAGED: the x tile, 1 KiB aligned
-  static constexpr int kPanelBytes = 128 * 128;          // STAGED: 64 columns x 128 rows
-  static constexpr int kXBytes = STAGED ? BN / 64 * kPanelBytes : 0;
-  static constexpr int kBarOffset = kXOffset + kXBytes;  // TMA: one mbarrier per stage (+ the x tile's)
-  static constexpr int kSmem = kBarOffset + 8 * (S + (STAGED ? 1 : 0)) + 1024;
+  static constexpr int kPanelBytes = 128 * 128;          // the x tile: 64 columns x 128 rows a panel
+  static constexpr int kXBytes = BN / 64 * kPanelBytes;
+  static constexpr int kBarOffset = S * kStageBytes;     // TMA: one mbarrier per stage, then the x tile's
+  static constexpr int kSmem = kBarOffset + 8 * (S + 1) + 1024;
 };
 
 #ifdef SMM_SM90A_DEVICE
@@ -177,7 +183,7 @@ __device__ __forceinline__ void dx_load(uint32_t stage, const BwdArgs& a, const 
 template <int BN, bool SPLIT = false>
 __device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUtensorMap* tmv, const CUtensorMap* tmo,
                                        const CUtensorMap* tmvl, int row0, int n0, int k0, int b) {
-  using C = DxCfg<BN, kDxStages, false, SPLIT>;  // (the stage layout does not depend on the stage count)
+  using C = DxCfg<BN, kDxStages, SPLIT>;  // (the stage layout does not depend on the stage count)
   mbar_expect_tx(bar, C::kTxBytes);
   tma_load_3d(stage, tmv, k0, n0, b, bar);
   tma_load_3d(stage + C::kVBytes, tmo, k0, row0, b, bar);
@@ -189,7 +195,7 @@ __device__ __forceinline__ void dx_tma(uint32_t stage, uint32_t bar, const CUten
 template <int BN>
 __device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtensorMap* tmx, int row0, int n0,
                                          int b) {
-  using C = DxCfg<BN, kDxStagedStages, true>;
+  using C = DxCfg<BN, kDxStages>;
   mbar_expect_tx(bar, C::kXBytes);
 #pragma unroll
   for (int p = 0; p < BN / 64; ++p) tma_load_3d(xs + p * C::kPanelBytes, tmx, n0 + 64 * p, row0, b, bar);
@@ -207,10 +213,10 @@ __device__ __forceinline__ void put_tf32(uint32_t (&f)[N][4], int kb, int e, flo
   if constexpr (SPLIT) f[4 + kb][e] = to_tf32_rn(v - __uint_as_float(big));
 }
 
-// The pipelined main loop of both backward kernels: kS stages, kS - 1 loads
-// in flight, acc (64 x BN per warpgroup) += A (registers, 4 fragments of 16
-// columns a stage) x B (the stage in shared memory) with wgmma, the next
-// stage's A fragments read while the current wgmma runs.
+// The pipelined main loop of the register-A backward kernels: kS stages,
+// kS - 1 loads in flight, acc (64 x BN per warpgroup) += A (registers, 4
+// fragments of 16 columns a stage) x B (the stage in shared memory) with
+// wgmma, the next stage's A fragments read while the current wgmma runs.
 //   LOAD (tma.cuh): kCpAsync: load(stage_address, k, bar) issues stage k's
 //     cp.async copies (every thread; bar unused); kTma: thread 0 calls it to
 //     issue stage k's boxes and the arrive.expect_tx on bar, the mbarrier of
@@ -319,116 +325,65 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
 }
 #endif
 
-// LOAD: kTma with the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box
-// kKCols x 128); kCpAsync ignores them. S: pipeline stages. STAGED (kTma
-// only): the epilogue through shared memory, with the tensor maps tmx (x)
-// and tmd (dX), boxes of 64 x 128 (unused otherwise). SPLIT (3xTF32, kTma
-// only): dO split into big and small parts in registers, V's small part by
-// tmvl (unused otherwise), P = expf(x - lse).
-template <typename T, int BN, int LOAD, int S, bool STAGED, bool SPLIT = false>
-__global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
-    smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
-                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
-                      const __grid_constant__ CUtensorMap tmd, const __grid_constant__ CUtensorMap tmvl) {
-  static_assert(!STAGED || LOAD == kTma, "the staged epilogue is TMA only");
-  static_assert(!STAGED || sizeof(T) == 2, "the staged epilogue is 16-bit only");
-  static_assert(!SPLIT || (std::is_same_v<T, float> && LOAD == kTma && !STAGED), "3xTF32: f32, TMA, unstaged");
 #ifdef SMM_SM90A_DEVICE
-  using C = DxCfg<BN, S, STAGED, SPLIT>;
-  constexpr int kS = S;
-  const uint32_t smem = smem_base_1k();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const CtaTile<BN> cta(a.d2, batch0);
-  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
-  const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
-  const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
-  constexpr int kK = kKCols<T>;
-  const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
-
-  const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
-  const int lane_r7 = lr & 7, lane_hi = lane >> 4;
-  const uint32_t o_lane = C::kVBytes + lr * 128;
-  const uint64_t desc_base = desc_kmajor();
-  // STAGED: the x tile and its mbarrier (after the stages' ones), initialised
-  // here; the main loop's fences and first block-wide barrier publish it.
-  const uint32_t xs = smem + C::kXOffset, xbar = smem + C::kBarOffset + 8 * kS;
-  if constexpr (STAGED) {
-    if (tid == 0) mbar_init(xbar, 1);
-  }
-
-  float acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset>(
-      acc, smem, smem + C::kBarOffset, nk, desc_base,
-      [&](uint32_t stage, int k, uint32_t bar) {
-        if constexpr (LOAD == kTma) {
-          dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
-                            static_cast<int>(b));
-          // STAGED: the x tile right behind the first stage (nk >= 1), so
-          // that it lands while the main loop runs
-          if constexpr (STAGED) {
-            if (k == 0) dx_x_tma<BN>(xs, xbar, &tmx, static_cast<int>(row0), static_cast<int>(n0), static_cast<int>(b));
-          }
-        } else {
-          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
-        }
-      },
-      [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
-#pragma unroll
-        for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
-        if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-          for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) put_tf32<SPLIT>(f, kb, e, __uint_as_float(f[kb][e]));
-        }
-      });
-
-  // Epilogue: dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
+// dX's epilogue through shared memory: dX = exp(x - lse) * (acc - D) of this
+// thread's rows g, g + 8 of its warp's 16, with the CTA's x tile (128 rows x
+// BN columns as BN / 64 panels of 128 rows x 128 bytes, 128-byte swizzled)
+// landing at xs on the mbarrier xbar; dX replaces it in place and TMA stores
+// it by tmd. This thread's pair of columns 8j + 2t of tile row r = 16 warp +
+// g + 8h is 4 bytes at 4t in 16-byte chunk j % 8 of panel j / 8, stored at
+// ((j % 8) ^ (r % 8)) << 4 of the row (r % 8 = g); each element read and
+// written by the same thread, so in place. Rows past d1: lse and D not read
+// (their dX is computed from zeros and not stored: the TMA store clips at
+// d1, as at d2).
+template <typename T, int BN>
+__device__ __forceinline__ void dx_epilogue_staged(const BwdArgs& a, const float (&acc)[BN / 2], uint32_t xs,
+                                                   uint32_t xbar, const CUtensorMap* tmd, int64_t b, int64_t row0,
+                                                   int64_t n0) {
   constexpr float kLog2e = 1.4426950408889634f;
-  if constexpr (STAGED) {
-    // x and dX in the shared tile: this thread's pair of columns 8j + 2t of
-    // tile row r = 16 warp + g + 8h is 4 bytes at 4t in 16-byte chunk j % 8
-    // of panel j / 8, stored at ((j % 8) ^ (r % 8)) << 4 of the row (r % 8 =
-    // g); each element read and written by the same thread, so in place. Rows
-    // past d1: lse and D not read (their dX is computed from zeros and not
-    // stored: the TMA store clips at d1, as at d2).
-    float nl[2], dd[2];
+  constexpr int kPanelBytes = 128 * 128;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  float nl[2], dd[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + 16 * warp + g + 8 * h;
-      const bool in = row < a.d1;
-      nl[h] = in ? -a.lse[b * a.d1 + row] * kLog2e : 0.f;
-      dd[h] = in ? a.delta[b * a.d1 + row] : 0.f;
-    }
-    const uint32_t xt = xs + (16 * warp + g) * 128 + 4 * t;
-    uint32_t xw[2][BN / 8];
-    mbar_wait(xbar, 0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-        asm volatile("ld.shared.b32 %0, [%1];"
-                     : "=r"(xw[h][j])
-                     : "r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes + (((j % 8) ^ g) << 4)));
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const float2 xv = unpack<T>(xw[h][j]);
-        const float p0 = ex2(fmaf(xv.x, kLog2e, nl[h])), p1 = ex2(fmaf(xv.y, kLog2e, nl[h]));
-        const uint32_t d = pack<T>(p0 * (acc[4 * j + 2 * h] - dd[h]), p1 * (acc[4 * j + 2 * h + 1] - dd[h]));
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(xt + h * (8 * 128) + (j / 8) * C::kPanelBytes +
-                                                    (((j % 8) ^ g) << 4)),
-                     "r"(d)
-                     : "memory");
-      }
-    // the tile stored by TMA, a box per panel (none for a panel wholly past d2)
-    store_panels<BN / 64>(&tmd, xs, C::kPanelBytes, n0, a.d2, row0, b);
-    return;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + 16 * warp + g + 8 * h;
+    const bool in = row < a.d1;
+    nl[h] = in ? -a.lse[b * a.d1 + row] * kLog2e : 0.f;
+    dd[h] = in ? a.delta[b * a.d1 + row] : 0.f;
   }
+  const uint32_t xt = xs + (16 * warp + g) * 128 + 4 * t;
+  uint32_t xw[2][BN / 8];
+  mbar_wait(xbar, 0);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+      asm volatile("ld.shared.b32 %0, [%1];"
+                   : "=r"(xw[h][j])
+                   : "r"(xt + h * (8 * 128) + (j / 8) * kPanelBytes + (((j % 8) ^ g) << 4)));
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const float2 xv = unpack<T>(xw[h][j]);
+      const float p0 = ex2(fmaf(xv.x, kLog2e, nl[h])), p1 = ex2(fmaf(xv.y, kLog2e, nl[h]));
+      const uint32_t d = pack<T>(p0 * (acc[4 * j + 2 * h] - dd[h]), p1 * (acc[4 * j + 2 * h + 1] - dd[h]));
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(xt + h * (8 * 128) + (j / 8) * kPanelBytes + (((j % 8) ^ g) << 4)),
+                   "r"(d)
+                   : "memory");
+    }
+  // the tile stored by TMA, a box per panel (none for a panel wholly past d2)
+  store_panels<BN / 64>(tmd, xs, kPanelBytes, n0, a.d2, row0, b);
+}
+
+// dX's epilogue from registers to global memory: x read and dX written by 4-
+// (16-bit) or 8-byte (f32) accesses, d1 and d2 tails masked (d2 even). EXPF:
+// P = expf(x - lse) (3xTF32) in place of ex2.approx.
+template <typename T, int BN, bool EXPF>
+__device__ __forceinline__ void dx_epilogue_global(const BwdArgs& a, const float (&acc)[BN / 2], int64_t b,
+                                                   int64_t row0, int64_t n0) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   T* dxb = static_cast<T*>(a.dx) + b * a.d1 * a.d2;
   const int64_t r0 = row0 + 16 * warp + g;
@@ -446,9 +401,10 @@ __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
       if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
       if constexpr (std::is_same_v<T, float>) {
         const float2 xv = *reinterpret_cast<const float2*>(xr + col);
-        const float p0 = SPLIT ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
-        const float p1 = SPLIT ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
-        *reinterpret_cast<float2*>(dr + col) = make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+        const float p0 = EXPF ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
+        const float p1 = EXPF ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
+        *reinterpret_cast<float2*>(dr + col) =
+            make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
       } else {
         const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
         const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
@@ -457,10 +413,155 @@ __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
       }
     }
   }
+}
+#endif
+
+// dX with dO's fragments in registers (ldmatrix): the kernel of float32 (dO
+// rounded, or split, in registers), of cp.async loads and of 256 columns. LOAD: kTma with
+// the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box kKCols x 128);
+// kCpAsync ignores them. S: pipeline stages. SPLIT (3xTF32, kTma only): dO
+// split into big and small parts in registers, V's small part by tmvl
+// (unused otherwise), P = expf(x - lse). The epilogue through global memory.
+template <typename T, int BN, int LOAD, int S, bool SPLIT = false>
+__global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
+    smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
+                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmvl) {
+  static_assert(!SPLIT || (std::is_same_v<T, float> && LOAD == kTma), "3xTF32: f32, TMA");
+#ifdef SMM_SM90A_DEVICE
+  using C = DxCfg<BN, S, SPLIT>;
+  constexpr int kS = S;
+  const uint32_t smem = smem_base_1k();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const CtaTile<BN> cta(a.d2, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
+  const T* gb = static_cast<const T*>(a.go) + b * a.d1 * a.d3;
+  constexpr int kK = kKCols<T>;
+  const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
+
+  const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
+  const int lane_r7 = lr & 7, lane_hi = lane >> 4;
+  const uint32_t o_lane = C::kVBytes + lr * 128;
+  const uint64_t desc_base = desc_kmajor();
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset>(
+      acc, smem, smem + C::kBarOffset, nk, desc_base,
+      [&](uint32_t stage, int k, uint32_t bar) {
+        if constexpr (LOAD == kTma)
+          dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
+                            static_cast<int>(b));
+        else
+          dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
+      },
+      [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
+#pragma unroll
+        for (int kb = 0; kb < 4; ++kb) ldmatrix_x4(f[kb], stage + o_lane + (((2 * kb + lane_hi) ^ lane_r7) << 4));
+        if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+          for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) put_tf32<SPLIT>(f, kb, e, __uint_as_float(f[kb][e]));
+        }
+      });
+  // dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
+  dx_epilogue_global<T, BN, SPLIT>(a, acc, b, row0, n0);
 #else
   __trap();
 #endif
 }
+
+// dX, 16-bit, with both operands in shared memory (wgmma SS: dO K-major like
+// V), 128 columns of d2, TMA only, S stages and wgmma.wait_group 1: a
+// stage's products run while the next stage's are issued, and a stage is
+// refilled once both warpgroups' products of it are done (a block-wide
+// barrier). The loads are numbered 0..nk: load k < nk is K tile k into stage
+// k % S, load nk the CTA's x tile into the stage that K tile nk would take,
+// issued as soon as that stage is free, so the tile lands while the last S -
+// 1 K tiles run and takes no room of its own; the epilogue through shared
+// memory (dx_epilogue_staged). (TF32 keeps the register-A kernel: there dO
+// is rounded to nearest in registers, where wgmma would truncate it in
+// shared memory, which doubles dX's error where dP - D cancels.)
+template <typename T, int S>
+__global__ void __launch_bounds__(kThreads, 2)
+    smm_bwd_dx_ss_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
+                         const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmx,
+                         const __grid_constant__ CUtensorMap tmd) {
+  static_assert(sizeof(T) == 2, "16-bit");
+#ifdef SMM_SM90A_DEVICE
+  constexpr int BN = 128;
+  using C = DxCfg<BN, S>;
+  static_assert(C::kXBytes <= C::kStageBytes, "the x tile takes a stage");
+  const uint32_t smem = smem_base_1k();
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const CtaTile<BN> cta(a.d2, batch0);
+  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  constexpr int kK = kKCols<T>;
+  const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
+  const uint32_t bars = smem + C::kBarOffset, xbar = bars + 8 * S;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s <= S; ++s) mbar_init(bars + 8 * s, 1);
+    fence_mbarrier_init();
+    fence_proxy_async();
+  }
+  __syncthreads();
+  // load s (thread 0)
+  const auto issue = [&](int s) {
+    const uint32_t stage = smem + static_cast<uint32_t>(s % S) * C::kStageBytes;
+    if (s < nk) {
+      dx_tma<BN>(stage, bars + 8 * (s % S), &tmv, &tmo, nullptr, static_cast<int>(row0), static_cast<int>(n0),
+                 kK * s, static_cast<int>(b));
+    } else {
+      dx_x_tma<BN>(stage, xbar, &tmx, static_cast<int>(row0), static_cast<int>(n0), static_cast<int>(b));
+    }
+  };
+  if (tid == 0) {
+    for (int s = 0; s < S - 1 && s <= nk; ++s) issue(s);
+  }
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  const uint64_t desc = desc_kmajor();
+  const uint32_t a_off = C::kVBytes + wg * (64 * 128);  // this warpgroup's 64 rows of dO
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint32_t stage = smem + static_cast<uint32_t>(kt % S) * C::kStageBytes;
+    mbar_wait(bars + 8 * (kt % S), (kt / S) & 1);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      const uint64_t da = desc | ((stage + a_off + 32 * kb) >> 4), db = desc | ((stage + 32 * kb) >> 4);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma_ss_n128_bf16(acc, da, db);
+      else wgmma_ss_n128_f16(acc, da, db);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // this warpgroup's products of K tile kt - 1 done
+    __syncthreads();  // both warpgroups': its stage is free
+    if (tid == 0 && kt + S - 1 <= nk) issue(kt + S - 1);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+
+  dx_epilogue_staged<T, BN>(a, acc, smem + static_cast<uint32_t>(nk % S) * C::kStageBytes, xbar, &tmd, b, row0, n0);
+#else
+  __trap();
+#endif
+}
+// Which dX kernel: the SS kernel (smm_bwd_dx_ss_kernel) unless
+// SOFTMAX_EXT_SMM_DX_SS=0 or SOFTMAX_EXT_SMM_DX_BN=256 ask for the register-A
+// kernel (smm_bwd_dx_kernel; 256: with 256 columns, one CTA per SM).
+inline bool dx_ss_wanted() {
+  const char* ss = std::getenv("SOFTMAX_EXT_SMM_DX_SS");
+  const char* bn = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
+  return !(ss != nullptr && ss[0] == '0') && !(bn != nullptr && bn[0] == '2');
+}
+
 // The lse tensor map: f32 (batch, d1), rows `stride` floats apart, as {d1,
 // batch}, boxes of `box` x 1, no swizzle. False where it cannot be made
 // (batch > 1 with stride * 4 not a multiple of 16, a tensor map's stride

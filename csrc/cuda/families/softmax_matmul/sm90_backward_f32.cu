@@ -170,7 +170,7 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
   const int bn = (split3 || bn_dv == 128) ? 128 : 256;
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
   const int dx_bn = !split3 && dx_env != nullptr && dx_env[0] == '2' ? 256 : 128;
-  CUtensorMap tmv{}, tmo{}, tmvl{}, dmo{}, dmx{}, dml{}, dmol{}, none{};
+  CUtensorMap tmv{}, tmo{}, tmvl{}, dmo{}, dmx{}, dml{}, dmol{};
   const bool tmv_ok = split3 ? map_3d<float>(&tmv, a.v_hi, a.d3, a.d2, a.batch, a.d3, a.d2 * a.d3, 32, dx_bn)
                              : map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, dx_bn);
   if (!tmv_ok ||
@@ -194,9 +194,8 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
     constexpr bool SPLIT = decltype(split_tag)::value;
     constexpr int S = SPLIT ? kDxSplitStages : kDxStages;
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_kernel<float, BN, kTma, S, false, SPLIT>, blocks, a.batch,
-                                         kThreads, DxCfg<BN, S, false, SPLIT>::kSmem, stream, a, tmv, tmo, none, none,
-                                         tmvl);
+    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_kernel<float, BN, kTma, S, SPLIT>, blocks, a.batch, kThreads,
+                                         DxCfg<BN, S, SPLIT>::kSmem, stream, a, tmv, tmo, tmvl);
   };
   if (split3) dx(std::integral_constant<int, 128>{}, std::true_type{});
   else if (dx_bn == 256) dx(std::integral_constant<int, 256>{}, std::false_type{});
