@@ -207,7 +207,12 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.kernel == Kernel::kCudaWgmma && x3.numel() > 0 && v3.numel() > 0) {
     const Descriptor d = describe(x3, v3);
-    if (can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
+    // The float32 kernels load by TMA only, and a batch that repeats x or v
+    // (stride 0) has no tensor map: the blocked backward, before any
+    // workspace is filled (backward_sm90_f32 still answers false for a map
+    // the driver refuses).
+    const bool f32_maps = d.dtype != at::kFloat || d.batch == 1 || (d.x_strides[0] > 0 && d.v_strides[0] > 0);
+    if (f32_maps && can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
       go = go.contiguous();
       o3 = o3.contiguous();
       l2 = l2.to(at::kFloat).contiguous();

@@ -1,6 +1,7 @@
 // Raw<T>: the bits of 16-bit (bf16 / f16) values as the tensor-core
 // kernels hold them, two to a 32-bit register: unpack a pair to float2,
-// pack two floats (round to nearest even), one value's bits, -inf's bits.
+// pack two floats (round to nearest even), one value's bits, -inf's bits;
+// to_tf32: a float's TF32 bits (rounded to nearest, ties away from zero).
 // Shared by the mma.sync kernel (kernel.cuh) and the Hopper kernels
 // (sm90_common.cuh).
 #pragma once
@@ -11,6 +12,12 @@
 #include <cstdint>
 
 namespace softmax_ext::smm::cuda {
+
+__device__ __forceinline__ uint32_t to_tf32(float f) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+  return r;
+}
 
 template <typename T> struct Raw;
 template <> struct Raw<__nv_bfloat16> {

@@ -44,12 +44,6 @@ namespace softmax_ext::smm::cuda {
 
 enum Mode : int { kHalfMode = 0, kTF32Mode = 1, kSplit3Mode = 2 };
 
-__device__ __forceinline__ uint32_t tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
-}
-
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -344,13 +338,13 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
         for (int st = 0; st < 4; ++st) {
           const float p00 = s[0][sp][2 * st], p10 = s[1][sp][2 * st];
           const float p01 = s[0][sp][2 * st + 1], p11 = s[1][sp][2 * st + 1];
-          uint32_t ab[4] = {tf32(p00), tf32(p10), tf32(p01), tf32(p11)};
+          uint32_t ab[4] = {to_tf32(p00), to_tf32(p10), to_tf32(p01), to_tf32(p11)};
           uint32_t as[4];
           if constexpr (MODE == kSplit3Mode) {
-            as[0] = tf32(p00 - __uint_as_float(ab[0]));
-            as[1] = tf32(p10 - __uint_as_float(ab[1]));
-            as[2] = tf32(p01 - __uint_as_float(ab[2]));
-            as[3] = tf32(p11 - __uint_as_float(ab[3]));
+            as[0] = to_tf32(p00 - __uint_as_float(ab[0]));
+            as[1] = to_tf32(p10 - __uint_as_float(ab[1]));
+            as[2] = to_tf32(p01 - __uint_as_float(ab[2]));
+            as[3] = to_tf32(p11 - __uint_as_float(ab[3]));
           }
           const int r0 = 8 * t + 2 * st;
           const int sw = swizzle<MODE>(r0);  // same for r0 + 1
@@ -360,8 +354,8 @@ __global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
             const int w = ((n >> 2) ^ sw) * 4 + (n & 3);
             const float v0 = vf[r0 * BN + w], v1 = vf[(r0 + 1) * BN + w];
             if constexpr (MODE == kSplit3Mode) {
-              const uint32_t b0 = tf32(v0), b1 = tf32(v1);
-              const uint32_t c0 = tf32(v0 - __uint_as_float(b0)), c1 = tf32(v1 - __uint_as_float(b1));
+              const uint32_t b0 = to_tf32(v0), b1 = to_tf32(v1);
+              const uint32_t c0 = to_tf32(v0 - __uint_as_float(b0)), c1 = to_tf32(v1 - __uint_as_float(b1));
               mma_tf32(tmp[j], as, b0, b1);
               mma_tf32(tmp[j], ab, c0, c1);
               mma_tf32(tmp[j], ab, b0, b1);

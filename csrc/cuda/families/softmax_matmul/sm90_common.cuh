@@ -61,11 +61,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], uint32_t addr) {
                : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                : "r"(addr));
 }
-__device__ __forceinline__ uint32_t to_tf32(float f) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
-  return r;
-}
 // TF32 of f rounded to nearest, ties away from zero, in two integer
 // instructions (cvt.rna.tf32.f32 is three: it also tests for inf / NaN).
 // Equal to cvt.rna for finite values and infinities; a NaN whose 10 top
