@@ -201,18 +201,16 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
   TORCH_CHECK_VALUE(grad_out.device() == x.device() && out.device() == x.device() && lse.device() == x.device(),
                     op, ": grad_output, output and lse must be on x's device ", x.device());
   const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
-  const Plan plan = make_plan(describe(x3, v3), true);
+  const Descriptor d = describe(x3, v3);
+  const Plan plan = make_plan(d, true);
   at::Tensor go = as_3d(grad_out.to(x.scalar_type())), o3 = as_3d(out);
   at::Tensor l2 = lse.reshape({x3.size(0), x3.size(1)});
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.kernel == Kernel::kCudaWgmma && x3.numel() > 0 && v3.numel() > 0) {
-    const Descriptor d = describe(x3, v3);
-    // The float32 kernels load by TMA only, and a batch that repeats x or v
-    // (stride 0) has no tensor map: the blocked backward, before any
-    // workspace is filled (backward_sm90_f32 still answers false for a map
-    // the driver refuses).
-    const bool f32_maps = d.dtype != at::kFloat || d.batch == 1 || (d.x_strides[0] > 0 && d.v_strides[0] > 0);
-    if (f32_maps && can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
+    // (can_implement turns away a float32 batch without tensor maps before
+    // any workspace is filled; backward_sm90_f32 still answers false for a
+    // map the driver refuses.)
+    if (can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
       go = go.contiguous();
       o3 = o3.contiguous();
       l2 = l2.to(at::kFloat).contiguous();

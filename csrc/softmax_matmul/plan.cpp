@@ -165,11 +165,22 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   return {};
 }
 
+// The fused Hopper backward's plan (select names it cuda.wgmma.backward.*).
+static bool fused_backward(const Plan& plan) {
+  return plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos;
+}
+
 Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const void* v) {
   if (plan.kernel == Kernel::kCudaWgmma) {
     if (!wgmma_fits(d) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(v) % 16 != 0) {
       return {Code::kUnsupported, "the wgmma kernels need 16-byte aligned rows of x and v"};
     }
+  }
+  // The float32 fused backward loads by TMA only, and a batch that repeats x
+  // or v (stride 0) has no tensor map.
+  if (fused_backward(plan) && d.dtype == c10::ScalarType::Float && d.batch > 1 &&
+      (d.x_strides[0] <= 0 || d.v_strides[0] <= 0)) {
+    return {Code::kUnsupported, "the float32 fused backward needs x and v with a batch stride"};
   }
   if (plan.kernel != Kernel::kCudaMma && plan.kernel != Kernel::kCudaWgmma) return {};
   // The kernel reads columns with unit stride (x along d2, v along d3); other
@@ -210,7 +221,7 @@ BackwardWorkspace backward_workspace(const Plan& plan, const Descriptor& d) {
 }
 
 int64_t workspace_size(const Plan& plan, const Descriptor& d) {
-  if (plan.kernel == Kernel::kCudaWgmma && plan.name.find("backward") != std::string::npos) {
+  if (fused_backward(plan)) {
     return backward_workspace(plan, d).floats * static_cast<int64_t>(sizeof(float));
   }
   return 0;

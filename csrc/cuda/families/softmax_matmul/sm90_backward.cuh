@@ -341,7 +341,7 @@ __device__ __forceinline__ void dx_epilogue_staged(const BwdArgs& a, const float
                                                    uint32_t xbar, const CUtensorMap* tmd, int64_t b, int64_t row0,
                                                    int64_t n0) {
   constexpr float kLog2e = 1.4426950408889634f;
-  constexpr int kPanelBytes = 128 * 128;
+  constexpr int kPanelBytes = DxCfg<BN, kDxStages>::kPanelBytes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   float nl[2], dd[2];
 #pragma unroll
@@ -501,13 +501,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int kK = kKCols<T>;
   const int nk = static_cast<int>((a.d3 + kK - 1) / kK);
   const uint32_t bars = smem + C::kBarOffset, xbar = bars + 8 * S;
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s <= S; ++s) mbar_init(bars + 8 * s, 1);
-    fence_mbarrier_init();
-    fence_proxy_async();
-  }
-  __syncthreads();
+  init_stage_barriers<S + 1>(bars);  // the stages' and the x tile's
   // load s (thread 0)
   const auto issue = [&](int s) {
     const uint32_t stage = smem + static_cast<uint32_t>(s % S) * C::kStageBytes;
