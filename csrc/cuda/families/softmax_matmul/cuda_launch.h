@@ -52,11 +52,6 @@ struct BwdArgs {
 // (64, 128, 256) columns per CTA; rows 16-byte aligned (plan.cpp checks).
 void launch_sm90_bf16(const Args& a, int bn);
 void launch_sm90_f16(const Args& a, int bn);
-// Hopper, 64 rows x 512 columns per CTA, each probability computed once for
-// all of them (sm90_wide.cu); false (nothing launched) where a tensor map
-// cannot be made.
-bool launch_sm90_wide_bf16(const Args& a);
-bool launch_sm90_wide_f16(const Args& a);
 // f32 (sm90_f32.cu): TF32 (bn 128 / 256) or 3xTF32 (split3, 128 columns).
 void launch_sm90_f32(const Args& a, int bn, bool split3);
 // Hopper backward (sm90_backward.cu, 16-bit): D, dX, dV kernels; `bn`: dV's columns of d3 per CTA.

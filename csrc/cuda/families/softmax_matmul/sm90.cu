@@ -327,15 +327,7 @@ void launch_bn(const Args& a, int bn) {
 
 }  // namespace sm90
 
-void launch_sm90_bf16(const Args& a, int bn) {
-  const char* w = std::getenv("SOFTMAX_EXT_SMM_WIDE");
-  if (bn == 256 && a.d3 > 256 && w != nullptr && w[0] == '1' && launch_sm90_wide_bf16(a)) return;
-  sm90::launch_bn<__nv_bfloat16>(a, bn);
-}
-void launch_sm90_f16(const Args& a, int bn) {
-  const char* w = std::getenv("SOFTMAX_EXT_SMM_WIDE");
-  if (bn == 256 && a.d3 > 256 && w != nullptr && w[0] == '1' && launch_sm90_wide_f16(a)) return;
-  sm90::launch_bn<__half>(a, bn);
-}
+void launch_sm90_bf16(const Args& a, int bn) { sm90::launch_bn<__nv_bfloat16>(a, bn); }
+void launch_sm90_f16(const Args& a, int bn) { sm90::launch_bn<__half>(a, bn); }
 
 }  // namespace softmax_ext::smm::cuda

@@ -103,25 +103,21 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // moves it (the NaN reaches l and the output through P). scale = exp(m_old -
 // m_new), 1 where m stays; with kExpf by expf, else by ex2. Returns whether
 // m moved.
-template <bool kExpf>
-__device__ __forceinline__ bool lazy_step(float mx, float& m, float& scale) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  constexpr float kLazy = 8.0f / kLog2e;
-  const bool move = mx > m + kLazy;
-  if constexpr (kExpf) scale = move ? expf(m - mx) : 1.f;
-  else scale = move ? ex2((m - mx) * kLog2e) : 1.f;
-  if (move) m = mx;
-  return move;
-}
 template <bool kExpf, int N, int kLanes = 4>
 __device__ __forceinline__ bool lazy_max(const float (&x)[N], float& m, float& scale) {
   static_assert(kLanes == 2 || kLanes == 4, "a lane pair or quad");
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLazy = 8.0f / kLog2e;
   float mx = x[0];
 #pragma unroll
   for (int e = 1; e < N; ++e) mx = fmaxf(mx, x[e]);
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   if constexpr (kLanes == 4) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  return lazy_step<kExpf>(mx, m, scale);
+  const bool move = mx > m + kLazy;
+  if constexpr (kExpf) scale = move ? expf(m - mx) : 1.f;
+  else scale = move ? ex2((m - mx) * kLog2e) : 1.f;
+  if (move) m = mx;
+  return move;
 }
 
 // acc *= scale of a warp's rows r0, r0 + 8 (the wgmma accumulator layout:
