@@ -334,10 +334,16 @@ def test_plan(device):
         assert pb.math == "16-bit-f32-acc" and pb.tile == (128, 64, 64), pb
         if torch.cuda.get_device_capability() == (9, 0):  # sm_90a build (setup.py turns 9.0 into 9.0a)
             assert pb.kernel == "cuda.wgmma.bf16.128x64x64", pb
-            # rows that are not 16-byte aligned (d2 = 201): the mma.sync kernel
-            pu = softmax_ext.plan(torch.zeros(2, 3, 100, 201, device=device, dtype=torch.bfloat16),
-                                  kind="softmax_matmul", v=torch.zeros(2, 3, 201, 48, device=device, dtype=torch.bfloat16))
-            assert pu.kernel.startswith("cuda.mma_sync.bf16"), pu
+            # rows that are not 16-byte aligned (d2 = 201): x copied to rows of 208 for the Hopper
+            # kernel (its workspace), or the mma.sync kernel where the Hopper kernels are off
+            xu = torch.zeros(2, 3, 100, 201, device=device, dtype=torch.bfloat16)
+            vu = torch.zeros(2, 3, 201, 48, device=device, dtype=torch.bfloat16)
+            pu = softmax_ext.plan(xu, kind="softmax_matmul", v=vu)
+            assert pu.kernel == "cuda.wgmma.bf16.128x64x64.rows_copied" and pu.workspace_size == 6 * 100 * 208 * 2, pu
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("SOFTMAX_EXT_SMM_SM80", "1")
+                pu = softmax_ext.plan(xu, kind="softmax_matmul", v=vu)
+                assert pu.kernel.startswith("cuda.mma_sync.bf16"), pu
         else:
             assert pb.kernel.startswith("cuda.mma_sync.bf16"), pb
     pd = softmax_ext.plan(x.double(), kind="softmax_matmul", v=v.double(), backward=True)
@@ -372,11 +378,24 @@ def test_cuda_tf32_and_big(dtype):
 
 
 @requires_cuda
-def test_cuda_unaligned_and_offset_views():
-    base = randn((2, 50, 301), torch.bfloat16, "cuda", 31)
-    x = base[:, :, 1:]  # rows start at odd offsets: element loads
-    v = randn((2, 300, 75), torch.bfloat16, "cuda", 32)[:, :, 3:]
-    check(x, v)
+@pytest.mark.parametrize("kernels", ["default", "sm80"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cuda_unaligned_and_offset_views(dtype, kernels, monkeypatch):
+    # rows that start at odd offsets, d2 and d3 no multiple of 16 bytes: on
+    # sm_90 copied to aligned rows for the Hopper kernels, else (and with
+    # SOFTMAX_EXT_SMM_SM80=1) the mma.sync kernel's element loads
+    if kernels == "sm80":
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_SM80", "1")
+    base = randn((2, 50, 301), dtype, "cuda", 31)
+    x = base[:, :, 1:]
+    v = randn((2, 300, 75), dtype, "cuda", 32)[:, :, 3:]
+    x[0, 3, :] = -float("inf")
+    x[1, 4, ::5] = -float("inf")
+    with tf32(False):
+        check(x, v)
+        check(x[:, :, :299], v[:, :299, :71])
+        if kernels == "default" and torch.cuda.get_device_capability() == (9, 0):
+            assert softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel.endswith(".rows_copied")
 
 
 @requires_cuda
@@ -665,3 +684,86 @@ def test_cuda_aligned_tiles_f32(shape, allow_tf32):
     v = randn((b, d2, d3), torch.float32, "cuda", 49)
     with tf32(allow_tf32):
         check(x, v, "tf32" if allow_tf32 else "exact")
+
+
+def _hopper():
+    return HAS_CUDA and torch.cuda.get_device_capability() == (9, 0) and softmax_ext.plan(
+        torch.empty(1, 8, 8, device="cuda", dtype=torch.bfloat16), kind="softmax_matmul",
+        v=torch.empty(1, 8, 8, device="cuda", dtype=torch.bfloat16)).kernel.startswith("cuda.wgmma.")
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["bf16", "f16", "tf32", "3xtf32"])
+@pytest.mark.parametrize("parts", [2, 5])
+@pytest.mark.parametrize("shape", [(2, 3, 1000, 40), (1, 130, 1300, 264), (3, 1, 2049, 512)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_d2_parts(mode, parts, shape, monkeypatch):
+    # On sm_90 a forward whose CTAs would leave most SMs idle cuts d2 into
+    # parts (a CTA each) and merges their outputs and log-sum-exps; forced
+    # here with SOFTMAX_EXT_SMM_D2_PARTS on small shapes. Rows: a growing max
+    # (the parts' maxima differ), -inf entries, a part's columns all -inf
+    # (that part weighs 0), a row all -inf (NaN, lse -inf, as uncut), a NaN.
+    if not _hopper():
+        pytest.skip("the d2 parts are a Hopper (sm_90a) forward path")
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 70, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 71)
+    x[-1] += torch.linspace(0, 40, d2, device="cuda").to(dtype)
+    x[0, 0, ::3] = -float("inf")
+    x[0, 0, :300] = -float("inf")
+    if d1 > 2:
+        x[0, 1, :] = -float("inf")
+        x[0, 2, 7] = float("nan")
+    with tf32(mode == "tf32"):
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", "1")
+        whole, lse_whole = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", str(parts))
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+        cols = (-(-d2 // parts) + 127) // 128 * 128  # parts of whole 128-column steps, none empty
+        assert f".d2parts{-(-d2 // cols)}" in p.kernel and p.workspace_size > 0, p  # (+ ".rows_copied": d2 % 8)
+        out = check(x, v, f"{parts} parts")
+        out2, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    torch.testing.assert_close(out2, out, rtol=0, atol=0, equal_nan=True)  # deterministic
+    torch.testing.assert_close(lse, lse_whole, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert torch.equal(out.isnan(), whole.isnan())
+    if d1 > 2:
+        assert torch.isnan(out[0, 1]).all() and lse[0, 1] == -float("inf") and torch.isnan(out[0, 2]).all()
+    ref = reference(x, v)
+    err = (out.double() - ref).nan_to_num().abs().max().item()
+    err_whole = (whole.double() - ref).nan_to_num().abs().max().item()
+    # each part's output is rounded to the dtype before the merge: one more rounding
+    eps = {torch.bfloat16: 2**-8, torch.float16: 2**-11}.get(dtype, 2**-11 if mode == "tf32" else 1e-6)
+    assert err <= 2 * err_whole + eps * ref.nan_to_num().abs().max().item(), (err, err_whole)
+    # the backward takes the merged output and log-sum-exp: its gradients as
+    # close to float64's as those after the uncut forward (up to the
+    # rounding of the parts' outputs, which D = rowsum(dO * O) sums over d3)
+    xg, vg = x.nan_to_num(neginf=-1e4), v
+    go = randn((b, d1, d3), dtype, "cuda", 72)
+    x64, v64 = xg.double().requires_grad_(), vg.double().requires_grad_()
+    rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+
+    def grad_err():
+        with tf32(mode == "tf32"):
+            dx, dv = _grads(xg, vg, go)
+        return max((dx.double() - rx).abs().max().item(), (dv.double() - rv).abs().max().item())
+
+    err_parts = grad_err()
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", "1")
+    err_whole = grad_err()
+    scale = max(rx.abs().max().item(), rv.abs().max().item())
+    assert err_parts <= 2 * err_whole + 4 * eps * scale, (err_parts, err_whole, scale)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cuda_d2_parts_chosen_for_few_rows(dtype, monkeypatch):
+    # one query row against a long d2 (attention-style pooling): the plan
+    # cuts d2 by itself
+    if not _hopper():
+        pytest.skip("the d2 parts are a Hopper (sm_90a) forward path")
+    monkeypatch.delenv("SOFTMAX_EXT_SMM_D2_PARTS", raising=False)
+    x = randn((2, 1, 32768), dtype, "cuda", 73, scale=3.0)
+    v = randn((2, 32768, 64), dtype, "cuda", 74)
+    assert ".d2parts" in softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+    check(x, v)

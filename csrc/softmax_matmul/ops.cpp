@@ -134,6 +134,56 @@ void set_problem(LaunchArgs& a, const Descriptor& d) {
   a.v_row_stride = d.v_strides[1];
 }
 
+// Whether t3's rows are laid out as the Hopper kernels read them: unit
+// column stride, row (and batch) strides of whole 16-byte chunks (`vec`
+// elements), a 16-byte aligned start.
+bool hopper_rows(const at::Tensor& t3, int64_t vec) {
+  return t3.stride(2) == 1 && t3.stride(1) % vec == 0 && (t3.size(0) <= 1 || t3.stride(0) % vec == 0) &&
+         reinterpret_cast<uintptr_t>(t3.data_ptr()) % 16 == 0;
+}
+
+// A copy of t3 with rows 16 bytes apart (the row stride rounded up to `vec`
+// elements), viewed at t3's sizes.
+at::Tensor with_hopper_rows(const at::Tensor& t3, int64_t vec) {
+  const int64_t cols = (t3.size(2) + vec - 1) / vec * vec;
+  at::Tensor view = at::empty({t3.size(0), t3.size(1), cols}, t3.options()).narrow(2, 0, t3.size(2));
+  view.copy_(t3);
+  return view;
+}
+
+// On sm_90 the forward takes the Hopper kernels only for rows of whole
+// 16-byte chunks (d2 or d3 a multiple of 8 16-bit / 4 float32 elements, or
+// such strides); otherwise the mma.sync kernel, about half as fast. Where
+// the Hopper plan would take x and v with their rows so laid out, the
+// forward copies them so (one pass over the tensor that needs it): which
+// of the two, and that plan in *hopper (its name marked ".rows_copied",
+// the copies counted in its workspace).
+struct RowCopies {
+  bool x = false, v = false;
+};
+RowCopies hopper_row_copies(const at::Tensor& x3, const at::Tensor& v3, const Plan& plan, Plan* hopper) {
+  if (plan.kernel != Kernel::kCudaMma || !wgmma_built()) return {};
+  Descriptor d = describe(x3, v3);
+  if (d.arch != 90 || d.dtype == at::kDouble) return {};
+  const int64_t vec = d.dtype == at::kFloat ? 4 : 8;
+  RowCopies c{!hopper_rows(x3, vec), !hopper_rows(v3, vec)};
+  if (!c.x && !c.v) return {};  // the mma.sync kernel for another reason
+  int64_t copied = 0;
+  auto rows = [vec, &copied, &d](int64_t(&st)[3], int64_t n_rows, int64_t cols) {
+    st[1] = (cols + vec - 1) / vec * vec;
+    st[0] = n_rows * st[1];
+    st[2] = 1;
+    copied += d.batch * st[0] * static_cast<int64_t>(c10::elementSize(d.dtype));
+  };
+  if (c.x) rows(d.x_strides, d.d1, d.d2);
+  if (c.v) rows(d.v_strides, d.d2, d.d3);
+  d.aligned16 = true;
+  if (!select(d, false, hopper).ok() || hopper->kernel != Kernel::kCudaWgmma) return {};
+  hopper->name += ".rows_copied";
+  hopper->workspace_bytes += copied;
+  return c;
+}
+
 std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at::Tensor v3) {
   // The kernel needs unit stride along d2 / d3: other layouts are copied here
   // (the only copy besides as_3d's), and the plan is made again for the copy.
@@ -160,9 +210,25 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.lse = lse.data_ptr<float>();
   set_problem(a, d);
   if (plan.kernel == Kernel::kCudaWgmma) {
+    // d2 cut into parts: each part's output and log-sum-exp first (the
+    // plan's workspace), merged into out and lse after.
+    at::Tensor part_out, part_rows;
+    if (plan.parts > 1) {
+      part_out = at::empty({d.batch * plan.parts, d.d1, d.d3}, x3.options());
+      part_rows = at::empty({2, d.batch * plan.parts, d.d1}, lse.options());  // log row sums, row maxima
+      a.out = part_out.data_ptr();
+      a.lse = part_rows[0].data_ptr<float>();
+      a.part_max = part_rows[1].data_ptr<float>();
+      a.parts = plan.parts;
+      a.part_cols = plan.part_cols;
+    }
     if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
     else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
     else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
+    if (plan.parts > 1) {
+      cuda::combine_parts(part_out.data_ptr(), a.lse, a.part_max, out.data_ptr(), lse.data_ptr<float>(), d.batch,
+                          d.d1, d.d3, plan.parts, static_cast<int>(d.dtype));
+    }
     return {out, lse};
   }
   switch (d.dtype) {
@@ -178,10 +244,17 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
 
 std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, const at::Tensor& v) {
   check_args(kOp, x, v);
-  const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
-  const Plan plan = make_plan(describe(x3, v3), false);
+  at::Tensor x3 = as_3d(x), v3 = as_3d(v);
+  Plan plan = make_plan(describe(x3, v3), false);
   at::Tensor out, lse;
 #ifdef SOFTMAX_EXT_WITH_CUDA
+  Plan hopper;
+  if (const RowCopies c = hopper_row_copies(x3, v3, plan, &hopper); c.x || c.v) {
+    const int64_t vec = x3.scalar_type() == at::kFloat ? 4 : 8;
+    if (c.x) x3 = with_hopper_rows(x3, vec);
+    if (c.v) v3 = with_hopper_rows(v3, vec);
+    plan = make_plan(describe(x3, v3), false);
+  }
   if (plan.kernel == Kernel::kCudaMma || plan.kernel == Kernel::kCudaWgmma) std::tie(out, lse) = run_cuda(plan, x3, v3);
 #endif
   if (plan.kernel == Kernel::kBlocked) std::tie(out, lse) = blocked_forward(x3, v3, plan.bk);
@@ -274,7 +347,13 @@ plan_info(const at::Tensor& x, const at::Tensor& v, bool backward) {
   check_args("softmax_ext.plan", x, v);
   const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
   const Descriptor d = describe(x3, v3);
-  const Plan p = make_plan(d, backward);
+  Plan p = make_plan(d, backward);
+#ifdef SOFTMAX_EXT_WITH_CUDA
+  if (Plan hopper; !backward) {  // the forward's row copies for the Hopper kernels
+    const RowCopies c = hopper_row_copies(x3, v3, p, &hopper);
+    if (c.x || c.v) p = hopper;
+  }
+#endif
   return {p.name, p.workspace_bytes, p.deterministic, c10::toString(p.accumulator), math_name(p.math),
           {p.bm, p.bn, p.bk}, {d.batch, d.d1, d.d2, d.d3}};
 }

@@ -65,6 +65,25 @@ int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
   return std::min<int64_t>(cols, std::max<int64_t>(d2, 1));
 }
 
+// The Hopper forward runs one CTA per SM. Where batch x row blocks x
+// column blocks leave at least half the SMs idle and d2 is long, d2 is cut
+// into parts (a CTA each, at least 512 columns, a multiple of 128) so that
+// up to one CTA per SM runs; the parts' outputs (x's dtype), log row sums
+// and row maxima are merged after. SOFTMAX_EXT_SMM_D2_PARTS=n asks for n
+// parts (1: never cut; tests and A/B work; read at each call).
+static void cut_d2(const Descriptor& d, Plan* p) {
+  const int64_t ctas = d.batch * ((d.d1 + p->bm - 1) / p->bm) * ((d.d3 + p->bn - 1) / p->bn);
+  int64_t parts = 1;
+  if (2 * ctas <= d.sms && d.d2 >= 2048) parts = std::min<int64_t>(d.sms / std::max<int64_t>(ctas, 1), d.d2 / 512);
+  if (const char* env = std::getenv("SOFTMAX_EXT_SMM_D2_PARTS")) parts = std::atoll(env);
+  parts = std::clamp<int64_t>(parts, 1, 256);
+  if (parts <= 1 || d.d2 <= 128) return;
+  const int64_t cols = (d.d2 + parts - 1) / parts;
+  p->part_cols = (cols + 127) / 128 * 128;
+  p->parts = static_cast<int>((d.d2 + p->part_cols - 1) / p->part_cols);  // none empty
+  if (p->parts <= 1) p->part_cols = 0, p->parts = 1;
+}
+
 Status select(const Descriptor& d, bool backward, Plan* plan) {
   using c10::ScalarType;
   const bool supported = d.dtype == ScalarType::Float || d.dtype == ScalarType::Half ||
@@ -130,6 +149,8 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     }
     const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
+    cut_d2(d, &p);
+    if (p.parts > 1) p.name += ".d2parts" + std::to_string(p.parts);
   } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
@@ -223,6 +244,10 @@ BackwardWorkspace backward_workspace(const Plan& plan, const Descriptor& d) {
 int64_t workspace_size(const Plan& plan, const Descriptor& d) {
   if (fused_backward(plan)) {
     return backward_workspace(plan, d).floats * static_cast<int64_t>(sizeof(float));
+  }
+  if (plan.parts > 1) {  // each part's output (x's dtype), log row sum and row max (f32)
+    const int64_t rows = d.batch * plan.parts * d.d1;
+    return rows * d.d3 * static_cast<int64_t>(c10::elementSize(d.dtype)) + 2 * rows * 4;
   }
   return 0;
 }

@@ -5,7 +5,8 @@
 //   select()          Descriptor -> Plan (kernel, tile, accumulator, math mode), or
 //                     Unsupported (NotImplementedError) / InvalidProblem (ValueError)
 //   can_implement()   the concrete pointers and strides against the plan's tile
-//   workspace_size()  scratch bytes (0: the kernels need none)
+//   workspace_size()  scratch bytes (the fused backward's f32 buffers; the
+//                     results of the forward's parts of d2)
 //   run               ops.cpp: the tensor-core kernel (cuda_launch.h) or the
 //                     blocked ATen loop (blocked.h)
 //
@@ -66,6 +67,12 @@ struct Plan {
   Math math = Math::kF32;
   std::string name;  // stable, e.g. "cuda.mma_sync.bf16.64x128x64"
   int bm = 0, bn = 0, bk = 0;  // rows of d1, columns of d3, columns of d2 per step
+  // The Hopper forward with too few CTAs to fill the GPU (small batch x d1 x
+  // d3, long d2): d2 cut into `parts` parts of part_cols columns, a CTA
+  // each, then merged (cuda_launch.h combine_parts; the parts' results are
+  // the plan's workspace).
+  int parts = 1;
+  int64_t part_cols = 0;
   c10::ScalarType accumulator = c10::ScalarType::Float;
   bool deterministic = true;
   int64_t workspace_bytes = 0;

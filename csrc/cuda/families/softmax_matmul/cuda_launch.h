@@ -15,7 +15,22 @@ struct Args {
   int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
   int64_t x_batch_stride = 0, x_row_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0;
+  // d2 cut into `parts` parts of part_cols columns (a multiple of 128), a
+  // CTA each (the Hopper kernels only; cta.cuh's DRange): out, lse and
+  // part_max then hold each part's output, log of its row sum and row max,
+  // (batch * parts, d1, d3) and (batch * parts, d1), batch entry
+  // b * parts + c, and combine_parts merges them.
+  int64_t parts = 1, part_cols = 0;
+  float* part_max = nullptr;
 };
+
+// out (batch, d1, d3) and lse (batch, d1) from the parts' outputs `part`,
+// log row sums `log_l` and row maxima `max` (Args::parts): with M the
+// largest max and w_c = exp(max_c - M + log_l_c), lse = M + log(sum w_c),
+// out = sum w_c out_c / sum w_c in part order (combine.cu). dtype: the
+// outputs' (at::ScalarType as int).
+void combine_parts(const void* part, const float* log_l, const float* max, void* out, float* lse, int64_t batch,
+                   int64_t d1, int64_t d3, int64_t parts, int dtype);
 
 // A CTA of `warps` warps (4 or 8; 16 rows of d1 each) and `bn` (64, 128,
 // 256) columns of d3. Launch on the current stream.

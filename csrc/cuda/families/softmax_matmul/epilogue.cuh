@@ -11,6 +11,20 @@ namespace softmax_ext::smm::cuda {
 // Completes the row sums over the lane quad, gives 1 / l in inv, and writes
 // lse = m + log(l) of the rows inside d1, once per row (lane t = 0 of the
 // quad, in the first block of d3 columns, nb = 0).
+// Row i's log-sum-exp from its running max m and sum l: m + log(l); where
+// d2 is cut into parts (a.part_max set), log(l) and m apart, so that the
+// merge weighs the parts by exp(m_c - max m + log l_c) with no rounding of
+// a large m + log(l).
+template <typename Args>
+__device__ __forceinline__ void write_lse(const Args& a, int64_t i, float m, float l) {
+  if (a.part_max != nullptr) {
+    a.lse[i] = logf(l);
+    a.part_max[i] = m;
+  } else {
+    a.lse[i] = m + logf(l);
+  }
+}
+
 template <typename Args>
 __device__ __forceinline__ void finish_rows(const Args& a, int64_t b, int64_t r0, int t, int64_t nb,
                                             const float (&m)[2], float (&l)[2], float (&inv)[2]) {
@@ -20,7 +34,7 @@ __device__ __forceinline__ void finish_rows(const Args& a, int64_t b, int64_t r0
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     inv[h] = 1.f / l[h];
     const int64_t row = r0 + 8 * h;
-    if (t == 0 && nb == 0 && row < a.d1) a.lse[b * a.d1 + row] = m[h] + logf(l[h]);
+    if (t == 0 && nb == 0 && row < a.d1) write_lse(a, b * a.d1 + row, m[h], l[h]);
   }
 }
 

@@ -165,10 +165,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane >> 2, t = lane & 3;
   constexpr bool TMA = LOAD == kTma;
   const CtaTile<BN> cta(a.d3, batch0);
-  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * kBM;
+  const DRange<kBK> dr(a, cta.b);
+  // b: the batch entry of x and v; ob: of out and lse (b * parts + part)
+  const int64_t b = dr.b, ob = cta.b, n0 = cta.nb * BN, row0 = cta.mb * kBM;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   const T* vb = static_cast<const T*>(a.v) + b * a.v_batch_stride;
-  const int nk = static_cast<int>((a.d2 + kBK - 1) / kBK);
+  const int nk = dr.nk, k0 = dr.k0;
 
   // ldmatrix row of this lane in the x tile (warp w: rows 16w..16w+15).
   const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);
@@ -191,23 +193,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       for (int s = 0; s < kStages - 1 && s < nk; ++s)
         tma_tile<BN>(smem + s * C::kStageBytes, bars + 8 * s, &tmx, &tmv, static_cast<int>(n0),
-                     static_cast<int>(row0), s * kBK, static_cast<int>(b));
+                     static_cast<int>(row0), (k0 + s) * kBK, static_cast<int>(b));
     }
     mbar_wait(bars, 0);
   } else {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < nk)
-        load_tile<T, BN>(smem + s * C::kStageBytes, xb, a.x_row_stride, vb, a.v_row_stride, row0, n0, s * kBK, a.d1,
-                         a.d2, a.d3);
+        load_tile<T, BN>(smem + s * C::kStageBytes, xb, a.x_row_stride, vb, a.v_row_stride, row0, n0,
+                         int64_t{k0 + s} * kBK, a.d1, a.d2, a.d3);
       cp_async_commit();
     }
     cp_async_wait<kStages - 2>();
     fence_proxy_async();
     __syncthreads();
   }
-  const int tail_from = a.d2 % kBK == 0 ? nk : nk - 1;  // the tile with masked columns
-  softmax_tile<T>(pa, smem + x_lane, lane_r7, lane_hi, m, l, scale, any_up, 2 * t, a.d2, tail_from == 0);
+  softmax_tile<T>(pa, smem + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{k0} * kBK + 2 * t, a.d2,
+                  dr.masked(0));
 
   for (int kt = 0; kt < nk; ++kt) {
     const uint32_t stage = smem + static_cast<uint32_t>(kt % kStages) * C::kStageBytes;
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
         if (tid == 0 && kn < nk)
           tma_tile<BN>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, bars + 8 * (kn % kStages),
-                       &tmx, &tmv, static_cast<int>(n0), static_cast<int>(row0), kn * kBK, static_cast<int>(b));
+                       &tmx, &tmv, static_cast<int>(n0), static_cast<int>(row0), (k0 + kn) * kBK, static_cast<int>(b));
         mbar_wait(bars + 8 * ((kt + 1) % kStages), ((kt + 1) / kStages) & 1);
       } else {
         cp_async_wait<kStages - 3>();
@@ -236,12 +238,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();  // tile kt + 1 visible; every warpgroup done with tile kt - 1
         if (kn < nk)
           load_tile<T, BN>(smem + static_cast<uint32_t>(kn % kStages) * C::kStageBytes, xb, a.x_row_stride, vb,
-                           a.v_row_stride, row0, n0, int64_t{kn} * kBK, a.d1, a.d2, a.d3);
+                           a.v_row_stride, row0, n0, int64_t{k0 + kn} * kBK, a.d1, a.d2, a.d3);
         cp_async_commit();
       }
       const uint32_t next = smem + static_cast<uint32_t>((kt + 1) % kStages) * C::kStageBytes;
-      softmax_tile<T>(pb, next + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{kt + 1} * kBK + 2 * t, a.d2,
-                      kt + 1 == tail_from);
+      softmax_tile<T>(pb, next + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{k0 + kt + 1} * kBK + 2 * t,
+                      a.d2, dr.masked(kt + 1));
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -262,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
   const int64_t r0 = row0 + 16 * warp + g;
-  finish_rows(a, b, r0, t, cta.nb, m, l, inv);
+  finish_rows(a, ob, r0, t, cta.nb, m, l, inv);
   if constexpr (TMA) {
     if (out_staged) {
       // The tile through shared memory (the stages are free: every load was
@@ -281,11 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                        "r"(d)
                        : "memory");
         }
-      store_panels<BN / 64>(&tmo, smem, kBM * 128, n0, a.d3, row0, b);
+      store_panels<BN / 64>(&tmo, smem, kBM * 128, n0, a.d3, row0, ob);
       return;
     }
   }
-  store_output<T, BN>(a, b, r0, n0, t, inv, acc);
+  store_output<T, BN>(a, ob, r0, n0, t, inv, acc);
 #else
   __trap();  // built without sm_90a: the plan never selects this kernel then
 #endif
@@ -311,10 +313,10 @@ void launch(const Args& a) {
   // SOFTMAX_EXT_SMM_OUT_STAGED=0: each thread's 4-byte stores (A/B work).
   const char* out_env = std::getenv("SOFTMAX_EXT_SMM_OUT_STAGED");
   const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') &&
-                          map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 64, kBM);
+                          map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch * a.parts, a.d3, a.d1 * a.d3, 64, kBM);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
-  softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, C::kSmem,
+  softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch * a.parts, kThreads, C::kSmem,
                                        c10::cuda::getCurrentCUDAStream(), a, tmx, tmv, tmo, out_staged);
 }
 

@@ -182,11 +182,13 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const CtaTile<BN> cta(a.d3, batch0);
-  const int64_t b = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
+  const DRange<32> dr(a, cta.b);
+  // b: the batch entry of x and v; ob: of out and lse (b * parts + part)
+  const int64_t b = dr.b, ob = cta.b, n0 = cta.nb * BN, row0 = cta.mb * 128;
   const int64_t row = row0 + 16 * warp + g;
   const float* xb = static_cast<const float*>(a.x) + b * a.x_batch_stride;
   const float* vb = static_cast<const float*>(a.v) + b * a.v_batch_stride;
-  const int nk = static_cast<int>((a.d2 + 31) / 32);
+  const int nk = dr.nk, k0 = dr.k0;
   const uint64_t desc_base = desc_kmajor();
 
   float acc[BN / 2];
@@ -197,16 +199,15 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
   bool any_up = false;
   uint32_t pab[4][4], pas[4][4], pbb[4][4], pbs[4][4];
   const int lr = 16 * warp + g;  // this thread's first row in the tile
-  const int tail_from = a.d2 % 32 == 0 ? nk : nk - 1;
   auto load = [&](int kt) {
     const uint32_t st = staging + static_cast<uint32_t>(kt % kS) * C::kStagingBytes;
-    f32_load_v<BN>(st, vb, a.v_row_stride, int64_t{kt} * 32, n0, a.d2, a.d3);
-    f32_load_x(st + C::kVStagingBytes, xb, a.x_row_stride, row0, int64_t{kt} * 32, a.d1, a.d2);
+    f32_load_v<BN>(st, vb, a.v_row_stride, int64_t{k0 + kt} * 32, n0, a.d2, a.d3);
+    f32_load_x(st + C::kVStagingBytes, xb, a.x_row_stride, row0, int64_t{k0 + kt} * 32, a.d1, a.d2);
   };
   auto softmax = [&](int kt, uint32_t (&pb)[4][4], uint32_t (&ps)[4][4]) {
     float xr[2][8];
     f32_read_x(xr, staging + static_cast<uint32_t>(kt % kS) * C::kStagingBytes + C::kVStagingBytes, lr, t,
-               int64_t{kt} * 32, a.d2, kt == tail_from);
+               int64_t{k0 + kt} * 32, a.d2, dr.masked(kt));
     f32_softmax<SPLIT>(xr, pb, ps, m, l, scale, any_up);
   };
 
@@ -289,8 +290,8 @@ __global__ void __launch_bounds__(kF32Threads, 1) smm_wgmma_f32_kernel(Args a, i
 
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
   float inv[2];
-  finish_rows(a, b, row, t, cta.nb, m, l, inv);
-  store_output<float, BN>(a, b, row, n0, t, inv, acc);
+  finish_rows(a, ob, row, t, cta.nb, m, l, inv);
+  store_output<float, BN>(a, ob, row, n0, t, inv, acc);
 #else
   __trap();
 #endif
@@ -388,10 +389,10 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   // fastest, then row block, then batch entry), nk steps of d2 each; its steps G = i nk + kt run through
   // one pipeline, so the first stages of tile i + 1 load while tile i ends.
   const int64_t nblocks_n = (a.d3 + BN - 1) / BN, tiles_b = nblocks_n * ((a.d1 + 127) / 128);
-  const int64_t my_tiles = (tiles_b * a.batch - blockIdx.x + gridDim.x - 1) / gridDim.x;
-  const int nk = static_cast<int>((a.d2 + 31) / 32);
+  // (the batch entries of out and lse: b * parts + part where d2 is cut, DRange)
+  const int64_t my_tiles = (tiles_b * a.batch * a.parts - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int nk = DRange<32>(a, 0).nk;  // the same for every tile
   const int steps = static_cast<int>(my_tiles) * nk;  // (far under 2^31: a step reads 16 KB of x)
-  const int tail_from = a.d2 % 32 == 0 ? nk : nk - 1;
   struct Tile {
     int b, nb, row0;
   };
@@ -408,12 +409,14 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   Tile iss_u{};
   auto issue = [&]() {
     if (iss_kt == 0) iss_u = tile(iss_i);
+    const DRange<32> r(a, iss_u.b);
+    const int k = (r.k0 + iss_kt) * 32, b = static_cast<int>(r.b);
     const uint32_t bar = bars + 8 * (iss_g % kS);
     mbar_expect_tx(bar, C::kLoadBytes);
-    tma_load_3d(stage(iss_g), &tmx, iss_kt * 32, iss_u.row0, iss_u.b, bar);
+    tma_load_3d(stage(iss_g), &tmx, k, iss_u.row0, b, bar);
 #pragma unroll
     for (int p = 0; p < BN / 32; ++p)
-      tma_load_3d(stage(iss_g) + C::kXBytes + p * 4096, &tmv, iss_u.nb * BN + 32 * p, iss_kt * 32, iss_u.b, bar);
+      tma_load_3d(stage(iss_g) + C::kXBytes + p * 4096, &tmv, iss_u.nb * BN + 32 * p, k, b, bar);
     ++iss_g;
     if (++iss_kt == nk) {
       iss_kt = 0;
@@ -425,6 +428,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   // puts the 8 threads of a quarter warp (rows sr .. sr + 3) on 8 different chunk positions.
   const int sr = tid >> 1, hh = tid & 1, qx = 2 * (sr & 1);
   float m, l;
+  DRange<32> cur(a, 0);  // the d2 range of the tile being computed
   auto softmax = [&](uint32_t G, int kt) {
     float xr[16];
 #pragma unroll
@@ -432,12 +436,12 @@ __global__ void __launch_bounds__(kF32Threads, 1)
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                    : "=f"(xr[4 * q]), "=f"(xr[4 * q + 1]), "=f"(xr[4 * q + 2]), "=f"(xr[4 * q + 3])
                    : "r"(stage(G) + sr * 128 + (((2 * (q ^ qx) + hh) ^ (sr & 7)) << 4)));
-    if (kt == tail_from) {  // columns past d2 (zero-filled) count as -inf
+    if (cur.masked(kt)) {  // columns past d2 (zero-filled) count as -inf
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (int64_t{kt} * 32 + 4 * (2 * (q ^ qx) + hh) + e >= a.d2) xr[4 * q + e] = -kInf;
+          if (int64_t{cur.k0 + kt} * 32 + 4 * (2 * (q ^ qx) + hh) + e >= a.d2) xr[4 * q + e] = -kInf;
     }
     float scale;
     const bool moved = lazy_max<SPLIT, 16, 2>(xr, m, scale);
@@ -586,7 +590,8 @@ __global__ void __launch_bounds__(kF32Threads, 1)
 
   for (int64_t i = 0; i < my_tiles; ++i) {
     const Tile u = tile(i);
-    const int64_t b = u.b, n0 = int64_t{u.nb} * BN, row0 = u.row0;
+    const int64_t b = u.b, n0 = int64_t{u.nb} * BN, row0 = u.row0;  // b: of out and lse
+    cur = DRange<32>(a, b);
     const uint32_t G0 = static_cast<uint32_t>(i) * nk;
     m = -kInf;
     l = 0.f;
@@ -617,7 +622,7 @@ __global__ void __launch_bounds__(kF32Threads, 1)
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     if (hh == 0) {
       inv_s[sr] = 1.f / l;
-      if (u.nb == 0 && row0 + sr < a.d1) a.lse[b * a.d1 + row0 + sr] = m + logf(l);
+      if (u.nb == 0 && row0 + sr < a.d1) write_lse(a, b * a.d1 + row0 + sr, m, l);
     }
     __syncthreads();
     float* ob = static_cast<float*>(a.out) + b * a.d1 * a.d3;
@@ -661,7 +666,7 @@ bool launch_f32_vt(const Args& a) {
   if (!map_3d<float>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 128) ||
       !map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, 32))
     return false;
-  const int64_t tiles = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128) * a.batch;
+  const int64_t tiles = ((a.d3 + C::BN - 1) / C::BN) * ((a.d1 + 127) / 128) * a.batch * a.parts;
   softmax_ext::cuda::launch_row_blocks(&smm_wgmma_f32_vt_kernel<MI, SPLIT>, tiles,
                                        softmax_ext::cuda::BlockShape{kF32Threads, 1, C::kSmem, true}, a, tmx, tmv);
   return true;
@@ -671,7 +676,7 @@ template <int BN, bool SPLIT>
 void launch_f32(const Args& a) {
   using C = F32Cfg<BN, SPLIT>;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-  softmax_ext::cuda::launch_batch_grid(&smm_wgmma_f32_kernel<BN, SPLIT>, blocks, a.batch, kF32Threads, C::kSmem,
+  softmax_ext::cuda::launch_batch_grid(&smm_wgmma_f32_kernel<BN, SPLIT>, blocks, a.batch * a.parts, kF32Threads, C::kSmem,
                                        c10::cuda::getCurrentCUDAStream(), a);
 }
 
