@@ -312,7 +312,7 @@ void launch(const Args& a) {
   // The output stored by TMA where its map can be made (d3 a multiple of 8);
   // SOFTMAX_EXT_SMM_OUT_STAGED=0: each thread's 4-byte stores (A/B work).
   const char* out_env = std::getenv("SOFTMAX_EXT_SMM_OUT_STAGED");
-  const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') &&
+  const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') && a.d3 % 8 == 0 &&
                           map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch * a.parts, a.d3, a.d1 * a.d3, 64, kBM);
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
