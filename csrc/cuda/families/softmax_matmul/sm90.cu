@@ -17,7 +17,8 @@
 //     because l is summed against the same m.
 //
 // CTA = 2 warpgroups (256 threads) = 128 rows of d1 (64 per warpgroup) x BN
-// columns of d3, one batch entry; loop over d2 in tiles of 64 columns. Each
+// columns of d3, one batch entry; loop over d2 (or one part of it, where the
+// plan cuts d2: cta.cuh's DRange, combine.cu) in tiles of 64 columns. Each
 // stage of the 4-deep pipeline (TMA: one thread issues the tile's boxes, an
 // mbarrier per stage completes; cp.async by every thread where the driver
 // makes no tensor map) holds the x tile (128 x 64, 16 KiB)
