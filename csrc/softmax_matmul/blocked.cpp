@@ -27,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   }
   if (d2 <= block) {  // one block: no running max to move, no accumulator to rescale
     at::Tensor s = x.to(acc);
-    at::Tensor m = std::get<0>(s.max(-1, true));
+    at::Tensor m = s.amax(-1, true);
     at::Tensor m_use = at::where(m == -inf, at::zeros_like(m), m);
     at::Tensor p = (s - m_use).exp_();
     at::Tensor l = p.sum(-1, true);
@@ -40,7 +40,7 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   for (int64_t j0 = 0; j0 < d2; j0 += block) {
     const int64_t n = std::min(block, d2 - j0);
     at::Tensor s = x.narrow(2, j0, n).to(acc);
-    at::Tensor m_new = at::maximum(m, std::get<0>(s.max(-1, true)));
+    at::Tensor m_new = at::maximum(m, s.amax(-1, true));
     at::Tensor m_use = at::where(m_new == -inf, at::zeros_like(m_new), m_new);
     at::Tensor scale = (m - m_use).exp_();
     at::Tensor p = (s - m_use).exp_();
