@@ -8,9 +8,6 @@
 
 namespace softmax_ext::smm::cuda {
 
-// Completes the row sums over the lane quad, gives 1 / l in inv, and writes
-// lse = m + log(l) of the rows inside d1, once per row (lane t = 0 of the
-// quad, in the first block of d3 columns, nb = 0).
 // Row i's log-sum-exp from its running max m and sum l: m + log(l); where
 // d2 is cut into parts (a.part_max set), log(l) and m apart, so that the
 // merge weighs the parts by exp(m_c - max m + log l_c) with no rounding of
@@ -25,6 +22,9 @@ __device__ __forceinline__ void write_lse(const Args& a, int64_t i, float m, flo
   }
 }
 
+// Completes the row sums over the lane quad, gives 1 / l in inv, and writes
+// the lse (write_lse) of the rows inside d1, once per row (lane t = 0 of the
+// quad, in the first block of d3 columns, nb = 0).
 template <typename Args>
 __device__ __forceinline__ void finish_rows(const Args& a, int64_t b, int64_t r0, int t, int64_t nb,
                                             const float (&m)[2], float (&l)[2], float (&inv)[2]) {
