@@ -1,7 +1,7 @@
 // The blocked online loop (blocked.h): per block of d2 columns, the row max
 // moves, the f32 (f64) accumulator and row sum are rescaled by exp(m_old -
 // m_new) and the block's P = exp(x - m) times V is added with one batched
-// matmul (d2 within one block: softmax(x) @ v directly, half the ops). A max
+// matmul (d2 within one block: softmax(x) @ v directly). A max
 // still at -inf (all entries so far -inf) is replaced by 0 in the exponent
 // so that -inf - -inf never makes a NaN; a row all -inf ends with sum 0 and
 // so 0/0 = NaN, like softmax(x) @ v.
@@ -25,14 +25,14 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   if (d2 == 0) {
     return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
   }
-  if (d2 <= block) {  // one block: no running max to move, no accumulator to rescale
-    at::Tensor s = x.to(acc);
-    at::Tensor m = s.amax(-1, true);
-    at::Tensor m_use = at::where(m == -inf, at::zeros_like(m), m);
-    at::Tensor p = (s - m_use).exp_();
-    at::Tensor l = p.sum(-1, true);
-    at::Tensor out = at::bmm(p, v.to(acc)).div_(l).to(x.scalar_type());
-    return {out, (m_use + l.log()).squeeze(-1)};
+  if (d2 <= block) {  // one block: torch's softmax kernel (one pass out), then P @ v
+    const at::Tensor s = x.to(acc);
+    const at::Tensor p = at::_softmax(s, -1, false);
+    at::Tensor out = at::bmm(p, v.to(acc)).to(x.scalar_type());
+    // lse = m - log(max P): a row's largest P is exp(m - lse); a row all
+    // -inf keeps lse = -inf
+    const at::Tensor m = s.amax(-1);
+    return {out, at::where(m == -inf, m, m - p.amax(-1).log())};
   }
   at::Tensor m = at::full({B, d1, 1}, -inf, fopt);
   at::Tensor l = at::zeros({B, d1, 1}, fopt);
