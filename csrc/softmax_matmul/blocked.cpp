@@ -70,6 +70,16 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
   // element-wise parts are f32 everywhere.
   const bool mm16 = x.is_cuda() && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
   const auto mm_type = mm16 ? x.scalar_type() : acc;
+  if (d2 <= block && !mm16) {
+    // One block, every matmul in the accumulator type: P again by torch's
+    // softmax kernel, dV = P^T dO, dP = dO V^T, and dX = P * (dP - rowsum(P * dP))
+    // by torch's softmax backward kernel (rowsum(P * dP) = rowsum(dO * out)).
+    const at::Tensor p = at::_softmax(x.to(acc), -1, false);
+    const at::Tensor go = grad_out.to(acc);
+    dv.copy_(at::bmm(p.transpose(1, 2), go));
+    dx.copy_(at::_softmax_backward_data(at::bmm(go, v.to(acc).transpose(1, 2)), p, -1, acc));
+    return {dx, dv};
+  }
   at::Tensor go = grad_out.to(acc);
   at::Tensor D = (go * out.to(acc)).sum(-1, true);  // (B, d1, 1)
   at::Tensor go_mm = go.to(mm_type);
