@@ -58,12 +58,8 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
                                                     const at::Tensor& lse, int64_t block) {
   const int64_t d2 = x.size(2);
   const auto acc = acc_type(x);
-  at::Tensor dx = at::empty(x.sizes(), x.options());
-  at::Tensor dv = at::empty(v.sizes(), v.options());
   if (d2 == 0 || x.numel() == 0 || v.numel() == 0) {
-    dx.zero_();
-    dv.zero_();
-    return {dx, dv};
+    return {at::zeros(x.sizes(), x.options()), at::zeros(v.sizes(), v.options())};
   }
   // On CUDA the half types keep their matmuls in 16 bits (tensor cores, f32
   // accumulation in cuBLAS), like autograd through softmax(x) @ v does; the
@@ -76,10 +72,12 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
     // by torch's softmax backward kernel (rowsum(P * dP) = rowsum(dO * out)).
     const at::Tensor p = at::_softmax(x.to(acc), -1, false);
     const at::Tensor go = grad_out.to(acc);
-    dv.copy_(at::bmm(p.transpose(1, 2), go));
-    dx.copy_(at::_softmax_backward_data(at::bmm(go, v.to(acc).transpose(1, 2)), p, -1, acc));
-    return {dx, dv};
+    at::Tensor dv1 = at::bmm(p.transpose(1, 2), go).to(v.scalar_type());
+    at::Tensor dx1 = at::_softmax_backward_data(at::bmm(go, v.to(acc).transpose(1, 2)), p, -1, acc);
+    return {dx1.to(x.scalar_type()), dv1};
   }
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor dv = at::empty(v.sizes(), v.options());
   at::Tensor go = grad_out.to(acc);
   at::Tensor D = (go * out.to(acc)).sum(-1, true);  // (B, d1, 1)
   at::Tensor go_mm = go.to(mm_type);
