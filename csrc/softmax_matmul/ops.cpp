@@ -142,10 +142,13 @@ bool hopper_rows(const at::Tensor& t3, int64_t vec) {
          reinterpret_cast<uintptr_t>(t3.data_ptr()) % 16 == 0;
 }
 
-// A copy of t3 with rows 16 bytes apart (the row stride rounded up to `vec`
-// elements), viewed at t3's sizes.
+// The row stride of `cols` columns rounded up to whole 16-byte chunks of
+// `vec` elements.
+int64_t hopper_row_stride(int64_t cols, int64_t vec) { return (cols + vec - 1) / vec * vec; }
+
+// A copy of t3 with rows 16 bytes apart (hopper_row_stride), viewed at t3's sizes.
 at::Tensor with_hopper_rows(const at::Tensor& t3, int64_t vec) {
-  const int64_t cols = (t3.size(2) + vec - 1) / vec * vec;
+  const int64_t cols = hopper_row_stride(t3.size(2), vec);
   at::Tensor view = at::empty({t3.size(0), t3.size(1), cols}, t3.options()).narrow(2, 0, t3.size(2));
   view.copy_(t3);
   return view;
@@ -156,21 +159,23 @@ at::Tensor with_hopper_rows(const at::Tensor& t3, int64_t vec) {
 // such strides); otherwise the mma.sync kernel, about half as fast. Where
 // the Hopper plan would take x and v with their rows so laid out, the
 // forward copies them so (one pass over the tensor that needs it): which
-// of the two, and that plan in *hopper (its name marked ".rows_copied",
-// the copies counted in its workspace).
+// of the two (and their rows' multiple, `vec` elements), and that plan in
+// *hopper (its name marked ".rows_copied", the copies counted in its
+// workspace).
 struct RowCopies {
   bool x = false, v = false;
+  int64_t vec = 0;
 };
 RowCopies hopper_row_copies(const at::Tensor& x3, const at::Tensor& v3, const Plan& plan, Plan* hopper) {
   if (plan.kernel != Kernel::kCudaMma || !wgmma_built()) return {};
   Descriptor d = describe(x3, v3);
   if (d.arch != 90 || d.dtype == at::kDouble) return {};
   const int64_t vec = d.dtype == at::kFloat ? 4 : 8;
-  RowCopies c{!hopper_rows(x3, vec), !hopper_rows(v3, vec)};
+  RowCopies c{!hopper_rows(x3, vec), !hopper_rows(v3, vec), vec};
   if (!c.x && !c.v) return {};  // the mma.sync kernel for another reason
   int64_t copied = 0;
   auto rows = [vec, &copied, &d](int64_t(&st)[3], int64_t n_rows, int64_t cols) {
-    st[1] = (cols + vec - 1) / vec * vec;
+    st[1] = hopper_row_stride(cols, vec);
     st[0] = n_rows * st[1];
     st[2] = 1;
     copied += d.batch * st[0] * static_cast<int64_t>(c10::elementSize(d.dtype));
@@ -250,9 +255,8 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, c
 #ifdef SOFTMAX_EXT_WITH_CUDA
   Plan hopper;
   if (const RowCopies c = hopper_row_copies(x3, v3, plan, &hopper); c.x || c.v) {
-    const int64_t vec = x3.scalar_type() == at::kFloat ? 4 : 8;
-    if (c.x) x3 = with_hopper_rows(x3, vec);
-    if (c.v) v3 = with_hopper_rows(v3, vec);
+    if (c.x) x3 = with_hopper_rows(x3, c.vec);
+    if (c.v) v3 = with_hopper_rows(v3, c.vec);
     plan = make_plan(describe(x3, v3), false);
   }
   if (plan.kernel == Kernel::kCudaMma || plan.kernel == Kernel::kCudaWgmma) std::tie(out, lse) = run_cuda(plan, x3, v3);

@@ -80,8 +80,8 @@ static void cut_d2(const Descriptor& d, Plan* p) {
   if (parts <= 1 || d.d2 <= 128) return;
   const int64_t cols = (d.d2 + parts - 1) / parts;
   p->part_cols = (cols + 127) / 128 * 128;
-  p->parts = static_cast<int>((d.d2 + p->part_cols - 1) / p->part_cols);  // none empty
-  if (p->parts <= 1) p->part_cols = 0, p->parts = 1;
+  // none empty; still two or more, as d2 > 128 and parts >= 2 put part_cols below d2
+  p->parts = static_cast<int>((d.d2 + p->part_cols - 1) / p->part_cols);
 }
 
 Status select(const Descriptor& d, bool backward, Plan* plan) {

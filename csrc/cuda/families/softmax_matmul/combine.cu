@@ -14,31 +14,21 @@
 #include <c10/core/ScalarType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
+
+#include "cuda/core/numerics.cuh"
 
 namespace softmax_ext::smm::cuda {
 namespace {
 
+using softmax_ext::cuda::convert;
+
 constexpr int kThreads = 128;
 constexpr int kMaxParts = 1024;  // the weights of a row, in shared memory (plan.cpp cuts d2 into at most 256)
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, __half>) return __half2float(v);
-  else return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float f) {
-  if constexpr (std::is_same_v<T, float>) return f;
-  else if constexpr (std::is_same_v<T, __half>) return __float2half_rn(f);
-  else return __float2bfloat16_rn(f);
-}
 
 // One block per row (b, i) of out, a grid-stride loop over rows.
 template <typename T>
@@ -76,9 +66,9 @@ __global__ void __launch_bounds__(kThreads) combine_parts_kernel(const T* part, 
       float acc = 0.f;
       for (int c = 0; c < parts; ++c) {
         const float wc = w[c];
-        if (wc != 0.f) acc += wc * to_float(part[at(c) * d3 + col]);
+        if (wc != 0.f) acc += wc * convert<float>(part[at(c) * d3 + col]);
       }
-      out[row * d3 + col] = from_float<T>(acc * inv);
+      out[row * d3 + col] = convert<T>(acc * inv);
     }
     __syncthreads();  // w and inv_total are rewritten for the next row
   }
@@ -99,8 +89,8 @@ void launch(const void* part, const float* log_l, const float* mx, void* out, fl
 void combine_parts(const void* part, const float* log_l, const float* max, void* out, float* lse, int64_t batch,
                    int64_t d1, int64_t d3, int64_t parts, int dtype) {
   switch (static_cast<c10::ScalarType>(dtype)) {
-    case c10::ScalarType::BFloat16: return launch<__nv_bfloat16>(part, log_l, max, out, lse, batch, d1, d3, parts);
-    case c10::ScalarType::Half: return launch<__half>(part, log_l, max, out, lse, batch, d1, d3, parts);
+    case c10::ScalarType::BFloat16: return launch<c10::BFloat16>(part, log_l, max, out, lse, batch, d1, d3, parts);
+    case c10::ScalarType::Half: return launch<c10::Half>(part, log_l, max, out, lse, batch, d1, d3, parts);
     default: return launch<float>(part, log_l, max, out, lse, batch, d1, d3, parts);
   }
 }
