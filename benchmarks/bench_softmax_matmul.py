@@ -3,6 +3,15 @@
     python -m benchmarks.bench_softmax_matmul            # the reference sweep
     python -m benchmarks.bench_softmax_matmul --quick    # d2 in 1024, 8192 only
     python -m benchmarks.bench_softmax_matmul --out DIR  # CSV / PNG folder (default outputs/)
+    python -m benchmarks.bench_softmax_matmul --few-rows # float32 (TF32 off), d1 of 1-8 rows
+
+--few-rows: float32 with TF32 off, d1 in 1, 2, 4, 8 on seven (batch, d2,
+d3): the naive version, softmax_ext's Hopper 3xTF32 kernel
+(SOFTMAX_EXT_SMM_ROWS=0) and its rows kernel (the plan's choice there), each
+timed two ways in one process: the GPU time of one call's kernels (torch
+profiler, mean of 10 calls) and triton.testing.do_bench's median (host time
+included where it passes the GPU's); relative errors against float64.
+Writes softmax_matmul_few_rows.csv.
 
 Reference parameters (issue 24): device cuda, batch_size 16, d1 2048, d3 512,
 d2 in [64 .. 8192], 10 warm-up and 100 timed passes with CUDA events (mean
@@ -71,14 +80,81 @@ def ceiling_tflops(dtype, tf32):
     return 2 * 8192**3 / ms / 1e9
 
 
+FEW_ROWS_SHAPES = [(2, 65536, 512), (1, 32768, 128), (4, 16384, 64), (1024, 256, 32), (8, 4096, 512),
+                   (64, 1024, 256), (16, 2048, 512)]
+
+
+def gpu_us(fn, calls=10):
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return sum(e.device_time for e in prof.events() if e.device_type == cuda) / calls
+
+
+def few_rows(out_dir):
+    from triton.testing import do_bench
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"device: {torch.cuda.get_device_name()}; float32, TF32 off; us: GPU time | do_bench median")
+    print(f"{'(batch, d1, d2, d3)':22s} {'naive':>7s} {'3xtf32':>7s} {'rows':>7s} | {'naive':>7s} {'3xtf32':>7s} "
+          f"{'rows':>7s} | rows x naive, x 3xtf32 (GPU) | rel. error rows / naive | plan")
+    rows = []
+    for batch, d2, d3 in FEW_ROWS_SHAPES:
+        for d1 in (1, 2, 4, 8):
+            g = torch.Generator(device="cuda").manual_seed(d1 * d2)
+            x = torch.randn(batch, d1, d2, device="cuda", generator=g) * 3
+            v = torch.randn(batch, d2, d3, device="cuda", generator=g)
+            ref = F.softmax(x.double(), -1) @ v.double()
+            scale = ref.abs().max().item()
+            row = dict(batch_size=batch, d1=d1, d2=d2, d3=d3)
+            for impl, env in [("naive", None), ("3xtf32", "0"), ("rows", None)]:
+                fn = (lambda: F.softmax(x, -1) @ v) if impl == "naive" else (lambda: softmax_ext.softmax_matmul(x, v))
+                if env is not None:
+                    os.environ["SOFTMAX_EXT_SMM_ROWS"] = env
+                try:
+                    row[f"{impl}_gpu_us"] = gpu_us(fn)
+                    row[f"{impl}_do_bench_us"] = do_bench(fn, warmup=25, rep=60, return_mode="median") * 1e3
+                    row[f"{impl}_rel_error"] = (fn().double() - ref).abs().max().item() / scale
+                    if impl != "naive":
+                        row[f"{impl}_plan"] = softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+                finally:
+                    os.environ.pop("SOFTMAX_EXT_SMM_ROWS", None)
+            rows.append(row)
+            r = row
+            print(f"{str((batch, d1, d2, d3)):22s} {r['naive_gpu_us']:7.1f} {r['3xtf32_gpu_us']:7.1f} "
+                  f"{r['rows_gpu_us']:7.1f} | {r['naive_do_bench_us']:7.1f} {r['3xtf32_do_bench_us']:7.1f} "
+                  f"{r['rows_do_bench_us']:7.1f} | {r['naive_gpu_us'] / r['rows_gpu_us']:5.2f} "
+                  f"{r['3xtf32_gpu_us'] / r['rows_gpu_us']:5.2f} | {r['rows_rel_error']:.1e} / "
+                  f"{r['naive_rel_error']:.1e} | {r['rows_plan']}", flush=True)
+            del x, v, ref
+    import csv
+
+    path = os.path.join(out_dir, "softmax_matmul_few_rows.csv")
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--few-rows", action="store_true")
     ap.add_argument("--out", default="outputs")
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-triton", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.few_rows:
+        return few_rows(args.out)
     d2s = [1024, 8192] if args.quick else D2S
     batch, d1, d3 = 16, 2048, 512
     dev = torch.cuda.get_device_name()

@@ -353,7 +353,8 @@ def test_plan(device):
 
 
 @requires_cuda
-@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1), (2, 130, 2052, 520)])
+@pytest.mark.parametrize("shape", [(4, 300, 1000, 200), (2, 130, 2049, 520), (1, 1, 65, 1), (2, 130, 2052, 520),
+                                   (2, 5, 5000, 300)])
 def test_cuda_exact_f32_within_naive_bound(shape):
     b, d1, d2, d3 = shape
     x = randn((b, d1, d2), torch.float32, "cuda", 27, scale=30.0)
@@ -416,6 +417,13 @@ def test_cuda_graph_capture():
     torch.testing.assert_close(out.double(), reference(x, v), **TOL[torch.bfloat16])
 
 
+@pytest.fixture
+def tensor_core_kernels(monkeypatch):
+    # shapes of few rows of d1 would take the rows kernel (CUDA cores):
+    # tests of the tensor-core kernels keep them on every shape
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "0")
+
+
 # The Hopper (wgmma) kernel takes 16-byte aligned rows: d2 and d3 multiples of
 # 8 here, with tails of its 64-column d2 tiles, its 128-row blocks and its
 # 64 / 128 / 256-column d3 blocks.
@@ -424,6 +432,7 @@ WGMMA_SHAPES = [(1, 1, 8, 8), (2, 130, 200, 136), (3, 257, 1000, 520), (2, 64, 6
 
 
 @requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=dtype_id)
 @pytest.mark.parametrize("shape", WGMMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_cuda_aligned_tiles(dtype, shape):
@@ -434,6 +443,7 @@ def test_cuda_aligned_tiles(dtype, shape):
 
 
 @requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("mode", ["bf16", "f16"])
 @pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1000, 520), (3, 1, 8, 8), (2, 64, 64, 64),
                                    (2, 130, 72, 131), (1, 129, 40, 260)], ids=lambda s: "x".join(map(str, s)))
@@ -454,6 +464,7 @@ def test_cuda_aligned_output_stores_agree(mode, shape, monkeypatch):
 
 
 @requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "3xtf32"])
 @pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 130, 1003, 131), (1, 129, 37, 257), (2, 3, 5, 2)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -675,6 +686,7 @@ def test_cuda_aligned_backward_ss_dx_agrees(dtype, shape, x_pad, monkeypatch):
 
 
 @requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("allow_tf32", [False, True], ids=["exact", "tf32"])
 @pytest.mark.parametrize("shape", WGMMA_SHAPES + [(2, 70, 36, 20)], ids=lambda s: "x".join(map(str, s)))
 def test_cuda_aligned_tiles_f32(shape, allow_tf32):
@@ -693,6 +705,7 @@ def _hopper():
 
 
 @requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("mode", ["bf16", "f16", "tf32", "3xtf32"])
 @pytest.mark.parametrize("parts", [2, 5])
 @pytest.mark.parametrize("shape", [(2, 3, 1000, 40), (1, 130, 1300, 264), (3, 1, 2049, 512)],
@@ -767,3 +780,88 @@ def test_cuda_d2_parts_chosen_for_few_rows(dtype, monkeypatch):
     v = randn((2, 32768, 64), dtype, "cuda", 74)
     assert ".d2parts" in softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
     check(x, v)
+
+
+# Few rows of d1 (the plan's "cuda.rows" kernel, CUDA cores): every row
+# block size (1-16 rows), d2 tails of its 256-column steps and d2 cut into
+# parts, d3 tails of its column groups and several column blocks.
+ROWS_SHAPES = [(1, 1, 37, 5), (3, 2, 300, 129), (2, 3, 1000, 40), (1, 5, 257, 1100), (2, 8, 5000, 64),
+               (1, 13, 2049, 520), (4, 16, 256, 32), (1, 16, 70, 1), (2, 4, 65536, 8)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("cut", ["auto", "3"])
+@pytest.mark.parametrize("mode", ["bf16", "f16", "f32", "tf32"])
+@pytest.mark.parametrize("shape", ROWS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_cuda_rows_kernel(shape, mode, cut, monkeypatch):
+    # rows: a growing max (later chunks and parts move it), -inf entries, a
+    # row all -inf (NaN, lse -inf), a NaN; values and lse against float64,
+    # bit-identical reruns; "3": d2 cut into parts of whole 256-column steps
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16")
+    if cut != "auto":
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", cut)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", 80, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", 81)
+    x[-1] += torch.linspace(0, 40, d2, device="cuda").to(dtype)
+    x[0, 0, ::3] = -float("inf")
+    if d1 > 2:
+        x[0, 1, :] = -float("inf")
+        x[0, 2, d2 // 2] = float("nan")
+    with tf32(mode == "tf32"):
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+        out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+        out2, lse2 = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    assert p.kernel.startswith("cuda.rows." + {"tf32": "f32"}.get(mode, mode)), p
+    assert p.math == ("f32" if dtype == torch.float32 else "16-bit-f32-acc"), p
+    parts = -(-d2 // ((-(-d2 // 3) + 255) // 256 * 256))
+    if cut == "3" and d2 > 256:
+        assert p.kernel.endswith(f".d2parts{parts}") and p.workspace_size > 0, p
+    assert torch.equal(out.nan_to_num(), out2.nan_to_num()) and torch.equal(out.isnan(), out2.isnan())
+    assert torch.equal(lse.nan_to_num(), lse2.nan_to_num())
+    # float32 FMAs: the float32 tolerance with TF32 on as well
+    torch.testing.assert_close(out.double(), reference(x, v), equal_nan=True, **TOL[dtype])
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x.double(), -1), rtol=2e-6, atol=2e-6, equal_nan=True)
+    if d1 > 2:
+        assert torch.isnan(out[0, 1]).all() and lse[0, 1] == -float("inf") and torch.isnan(out[0, 2]).all()
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_cuda_rows_kernel_layouts(dtype, monkeypatch):
+    # element loads: v at an odd offset, rows no whole 16 bytes apart; x
+    # strided along its rows; a batch repeated by expand (stride 0); two
+    # blocks of 16 rows; a grid of more than 2^20 tiles (the grid-stride loop)
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "32")
+    x = randn((3, 20, 1301), dtype, "cuda", 82, scale=3.0)[:, :, 1:]
+    v = randn((3, 1300, 77), dtype, "cuda", 83)[:, :, 2:]
+    assert softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel.startswith("cuda.rows"), "two row blocks"
+    check(x, v)
+    check(x[:, ::2], v)
+    xe = randn((1, 3, 600), dtype, "cuda", 84).expand(4, 3, 600)
+    ve = randn((1, 600, 24), dtype, "cuda", 85).expand(4, 600, 24)
+    check(xe, ve)
+    xb = randn(((1 << 20) + 5, 1, 4), dtype, "cuda", 86)
+    vb = randn(((1 << 20) + 5, 4, 3), dtype, "cuda", 87)
+    check(xb, vb)
+
+
+@requires_cuda
+def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
+    # the plan's default: float32 with TF32 off up to 8 rows; 16-bit and TF32 keep the tensor cores
+    monkeypatch.delenv("SOFTMAX_EXT_SMM_ROWS", raising=False)
+
+    def kernel(d1, dtype, allow):
+        x = torch.zeros(2, d1, 512, device="cuda", dtype=dtype)
+        v = torch.zeros(2, 512, 64, device="cuda", dtype=dtype)
+        with tf32(allow):
+            return softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+
+    assert kernel(1, torch.float32, False).startswith("cuda.rows.f32.1x")
+    assert kernel(8, torch.float32, False).startswith("cuda.rows.f32.8x")
+    assert not kernel(9, torch.float32, False).startswith("cuda.rows")
+    assert not kernel(1, torch.float32, True).startswith("cuda.rows")
+    assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16")
+    assert kernel(16, torch.float16, False).startswith("cuda.rows.f16.16x")

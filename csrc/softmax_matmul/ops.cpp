@@ -214,7 +214,7 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   a.out = out.data_ptr();
   a.lse = lse.data_ptr<float>();
   set_problem(a, d);
-  if (plan.kernel == Kernel::kCudaWgmma) {
+  if (plan.kernel == Kernel::kCudaWgmma || plan.kernel == Kernel::kCudaRows) {
     // d2 cut into parts: each part's output and log-sum-exp first (the
     // plan's workspace), merged into out and lse after.
     at::Tensor part_out, part_rows;
@@ -227,7 +227,9 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
       a.parts = plan.parts;
       a.part_cols = plan.part_cols;
     }
-    if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
+    const int cols = cuda::rows_columns_per_thread(plan.bm, static_cast<int>(c10::elementSize(d.dtype)));
+    if (plan.kernel == Kernel::kCudaRows) cuda::launch_rows(a, plan.bm, plan.bn / cols, static_cast<int>(d.dtype));
+    else if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
     else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
     else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
     if (plan.parts > 1) {
@@ -259,7 +261,7 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_forward(const at::Tensor& x, c
     if (c.v) v3 = with_hopper_rows(v3, c.vec);
     plan = make_plan(describe(x3, v3), false);
   }
-  if (plan.kernel == Kernel::kCudaMma || plan.kernel == Kernel::kCudaWgmma) std::tie(out, lse) = run_cuda(plan, x3, v3);
+  if (plan.kernel != Kernel::kBlocked) std::tie(out, lse) = run_cuda(plan, x3, v3);
 #endif
   if (plan.kernel == Kernel::kBlocked) std::tie(out, lse) = blocked_forward(x3, v3, plan.bk);
   std::vector<int64_t> lse_shape(x.sizes().begin(), x.sizes().end() - 1);

@@ -1,6 +1,8 @@
 // select / can_implement / workspace_size for softmax_matmul (see plan.h).
 #include "softmax_matmul/plan.h"
 
+#include "cuda/families/softmax_matmul/cuda_launch.h"  // rows_columns_per_thread (plain C++)
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -65,23 +67,67 @@ int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
   return std::min<int64_t>(cols, std::max<int64_t>(d2, 1));
 }
 
-// The Hopper forward runs one CTA per SM. Where batch x row blocks x
-// column blocks leave at least half the SMs idle and d2 is long, d2 is cut
-// into parts (a CTA each, at least 512 columns, a multiple of 128) so that
-// up to one CTA per SM runs; the parts' outputs (x's dtype), log row sums
+// Where a forward's CTAs (batch x row blocks x column blocks) are fewer
+// than half of `want` and d2 is long, d2 is cut into parts (a CTA each, at
+// least min_cols columns, a multiple of `multiple`, at most max_parts) so
+// that up to `want` CTAs run; the parts' outputs (x's dtype), log row sums
 // and row maxima are merged after. SOFTMAX_EXT_SMM_D2_PARTS=n asks for n
 // parts (1: never cut; tests and A/B work; read at each call).
-static void cut_d2(const Descriptor& d, Plan* p) {
+struct Cut {
+  int64_t want, min_d2, min_cols, multiple, max_parts;
+};
+static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
   const int64_t ctas = d.batch * ((d.d1 + p->bm - 1) / p->bm) * ((d.d3 + p->bn - 1) / p->bn);
   int64_t parts = 1;
-  if (2 * ctas <= d.sms && d.d2 >= 2048) parts = std::min<int64_t>(d.sms / std::max<int64_t>(ctas, 1), d.d2 / 512);
+  if (2 * ctas <= cut.want && d.d2 >= cut.min_d2) {
+    parts = std::min(cut.want / std::max<int64_t>(ctas, 1), d.d2 / cut.min_cols);
+  }
   if (const char* env = std::getenv("SOFTMAX_EXT_SMM_D2_PARTS")) parts = std::atoll(env);
-  parts = std::clamp<int64_t>(parts, 1, 256);
-  if (parts <= 1 || d.d2 <= 128) return;
+  parts = std::clamp<int64_t>(parts, 1, cut.max_parts);
+  if (parts <= 1 || d.d2 <= cut.multiple) return;
   const int64_t cols = (d.d2 + parts - 1) / parts;
-  p->part_cols = (cols + 127) / 128 * 128;
-  // none empty; still two or more, as d2 > 128 and parts >= 2 put part_cols below d2
+  p->part_cols = (cols + cut.multiple - 1) / cut.multiple * cut.multiple;
+  // none empty; still two or more, as d2 > multiple and parts >= 2 put part_cols below d2
   p->parts = static_cast<int>((d.d2 + p->part_cols - 1) / p->part_cols);
+  p->name += ".d2parts" + std::to_string(p->parts);
+}
+
+// The rows kernel (cuda_launch.h launch_rows): up to this many rows of d1
+// per batch entry. It takes float32 with float32 accuracy (TF32 off) up to
+// 8 rows, where the 3xTF32 tensor-core tile (128 rows, three products)
+// computes mostly rows that do not exist; 16-bit and TF32 tiles stay ahead
+// on the tensor cores (docs/softmax_matmul.md, "Few rows").
+// SOFTMAX_EXT_SMM_ROWS=n sets the limit for every dtype (0: never; A/B
+// work and tests; read at each call).
+static int64_t rows_limit(Math math) {
+  if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return std::atoll(env);
+  return math == Math::kExactF32 ? 8 : 0;
+}
+
+[[maybe_unused]] static bool rows_fit(const Descriptor& d, Math math) {
+  const bool dtype_ok = d.dtype == c10::ScalarType::Float || d.dtype == c10::ScalarType::Half ||
+                        d.dtype == c10::ScalarType::BFloat16;
+  return dtype_ok && d.d1 <= rows_limit(math);
+}
+
+// One CTA: the power of two of rows at or above d1 (at most 16); column
+// groups of rows_columns_per_thread columns, a power of two (4-64) covering d3.
+[[maybe_unused]] static void rows_tile(const Descriptor& d, Plan* p) {
+  int rows = 1;
+  while (rows < d.d1 && rows < 16) rows *= 2;
+  const int cols = cuda::rows_columns_per_thread(rows, static_cast<int>(c10::elementSize(d.dtype)));
+  int groups = 4;
+  while (groups < 64 && int64_t{groups} * cols < d.d3) groups *= 2;
+  // narrower column blocks where the CTAs, d2 cut into as many parts as
+  // cut_d2 would, leave SMs idle
+  auto ctas = [&](int gr) {
+    return d.batch * ((d.d1 + rows - 1) / rows) * ((d.d3 + gr * cols - 1) / (gr * cols)) *
+           std::clamp<int64_t>(d.d2 / 256, 1, 64);
+  };
+  while (groups > 8 && ctas(groups) < 2 * int64_t{d.sms}) groups /= 2;
+  p->bm = rows;
+  p->bn = groups * cols;
+  p->bk = 256;
 }
 
 Status select(const Descriptor& d, bool backward, Plan* plan) {
@@ -114,7 +160,15 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   (void)wgmma_backward;
   if (false) {
 #else
-  if (wgmma_backward) {
+  if (cuda && !backward && rows_fit(d, p.math)) {
+    p.kernel = Kernel::kCudaRows;
+    if (f32) p.math = Math::kF32;  // float32 FMAs, TF32 or not
+    rows_tile(d, &p);
+    p.name = std::string("cuda.rows.") + tag(d.dtype) + "." + std::to_string(p.bm) + "x" + std::to_string(p.bn) +
+             "x" + std::to_string(p.bk);
+    // two CTAs of 256 threads per SM, two waves
+    cut_d2(d, Cut{4 * int64_t{d.sms}, 512, 256, 256, 64}, &p);
+  } else if (wgmma_backward) {
 #endif
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
@@ -149,8 +203,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     }
     const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
-    cut_d2(d, &p);
-    if (p.parts > 1) p.name += ".d2parts" + std::to_string(p.parts);
+    cut_d2(d, Cut{d.sms, 2048, 512, 128, 256}, &p);
   } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns
@@ -203,7 +256,13 @@ Status can_implement(const Plan& plan, const Descriptor& d, const void* x, const
       (d.x_strides[0] <= 0 || d.v_strides[0] <= 0)) {
     return {Code::kUnsupported, "the float32 fused backward needs x and v with a batch stride"};
   }
-  if (plan.kernel != Kernel::kCudaMma && plan.kernel != Kernel::kCudaWgmma) return {};
+  if (plan.kernel == Kernel::kBlocked) return {};
+  if (plan.kernel == Kernel::kCudaRows) {  // element loads where V's rows are no whole vectors
+    if (d.x_strides[2] != 1 || d.v_strides[2] != 1) {
+      return {Code::kUnsupported, "the rows kernel needs unit stride along d2 (x) and d3 (v)"};
+    }
+    return {};
+  }
   // The kernel reads columns with unit stride (x along d2, v along d3); other
   // strides are vectorised only where 16-byte aligned, which the kernel checks
   // itself per row (tails and unaligned rows take element loads).

@@ -46,6 +46,7 @@ enum class Kernel : uint8_t {
   kBlocked,     // ATen matmuls on blocks of d2, online max/sum (CPU; CUDA float64)
   kCudaMma,     // mma.sync tensor cores, one CTA per (batch, 64 rows, BN columns)
   kCudaWgmma,   // Hopper wgmma (sm_90a), 16-bit: one CTA per (batch, 128 rows, BN columns)
+  kCudaRows,    // few rows of d1 on CUDA cores: one CTA per (batch, 1-16 rows, BN columns)
 };
 
 // Whether this build carries the sm_90a (wgmma) kernels: setup.py defines
@@ -67,10 +68,10 @@ struct Plan {
   Math math = Math::kF32;
   std::string name;  // stable, e.g. "cuda.mma_sync.bf16.64x128x64"
   int bm = 0, bn = 0, bk = 0;  // rows of d1, columns of d3, columns of d2 per step
-  // The Hopper forward with too few CTAs to fill the GPU (small batch x d1 x
-  // d3, long d2): d2 cut into `parts` parts of part_cols columns, a CTA
-  // each, then merged (cuda_launch.h combine_parts; the parts' results are
-  // the plan's workspace).
+  // The Hopper or rows forward with too few CTAs to fill the GPU (small
+  // batch x d1 x d3, long d2): d2 cut into `parts` parts of part_cols
+  // columns, a CTA each, then merged (cuda_launch.h combine_parts; the
+  // parts' results are the plan's workspace).
   int parts = 1;
   int64_t part_cols = 0;
   c10::ScalarType accumulator = c10::ScalarType::Float;

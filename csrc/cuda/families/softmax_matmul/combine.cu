@@ -3,7 +3,7 @@
 // log_l_c and its row max m_c; the whole row's are
 //   M = max_c m_c,  w_c = exp(m_c - M + log_l_c),  lse = M + log(sum_c w_c),
 //   out = sum_c w_c out_c / sum_c w_c,
-// summed in part order (deterministic). m_c and log_l_c are kept apart
+// summed in a fixed order (deterministic). m_c and log_l_c are kept apart
 // because a rounded m_c + log_l_c of a large row max (x * 30: ~120, an
 // ulp of 8e-6) would weigh the parts with that relative error. A part whose
 // columns of a row are all -inf (m_c = -inf, out_c = 0 / 0) weighs 0 and is
@@ -27,50 +27,77 @@ namespace {
 
 using softmax_ext::cuda::convert;
 
-constexpr int kThreads = 128;
-constexpr int kMaxParts = 1024;  // the weights of a row, in shared memory (plan.cpp cuts d2 into at most 256)
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPerLane = 4;               // columns of d3 per lane
+constexpr int kCols = 32 * kPerLane;      // columns per block
+constexpr int kMaxParts = 256;            // plan.cpp cuts d2 into at most 256
 
-// One block per row (b, i) of out, a grid-stride loop over rows.
+// One block per (row (b, i) of out, block of kCols columns), a grid-stride
+// loop over them. Warp 0 weighs the parts (lane j: parts j, j + 32, ...;
+// then a shuffle tree: a fixed order); warp w sums parts w, w + 8, ... of
+// the block's columns, and the warps' sums are added in warp order.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) combine_parts_kernel(const T* part, const float* log_l, const float* mx,
                                                                   T* out, float* lse, int64_t rows, int64_t d1,
                                                                   int64_t d3, int parts) {
   __shared__ float w[kMaxParts];
+  __shared__ float sums[kWarps][kCols];
   __shared__ float inv_total;
   constexpr float kInf = __builtin_huge_valf();
   const float kNaN = __int_as_float(0x7fffffff);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t col_blocks = (d3 + kCols - 1) / kCols;
+  for (int64_t blk = blockIdx.x; blk < rows * col_blocks; blk += gridDim.x) {
+    const int64_t row = blk / col_blocks, cb = blk % col_blocks;
     const int64_t b = row / d1, i = row % d1;
     // part c of row (b, i): batch entry b * parts + c of the parts' results
     auto at = [&](int c) { return (b * parts + c) * d1 + i; };
-    if (threadIdx.x == 0) {
+    if (warp == 0) {
       float M = -kInf;
       bool nan = false;
-      for (int c = 0; c < parts; ++c) {
+      for (int c = lane; c < parts; c += 32) {
         const float mc = mx[at(c)], lc = log_l[at(c)];
         nan |= mc != mc || lc != lc;
         M = fmaxf(M, mc);
       }
+      for (int off = 16; off > 0; off /= 2) {
+        M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        nan |= __shfl_xor_sync(0xffffffffu, static_cast<int>(nan), off) != 0;
+      }
       float s = 0.f;
-      for (int c = 0; c < parts; ++c) {
+      for (int c = lane; c < parts; c += 32) {
         const float wc = nan || M == -kInf ? kNaN : expf(mx[at(c)] - M + log_l[at(c)]);
         w[c] = wc;
         s += wc;
       }
-      inv_total = 1.f / s;
-      lse[row] = nan ? kNaN : (M == -kInf ? -kInf : M + logf(s));
+      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) {
+        inv_total = 1.f / s;
+        if (cb == 0) lse[row] = nan ? kNaN : (M == -kInf ? -kInf : M + logf(s));
+      }
     }
     __syncthreads();
-    const float inv = inv_total;
-    for (int64_t col = threadIdx.x; col < d3; col += kThreads) {
-      float acc = 0.f;
-      for (int c = 0; c < parts; ++c) {
-        const float wc = w[c];
-        if (wc != 0.f) acc += wc * convert<float>(part[at(c) * d3 + col]);
-      }
-      out[row * d3 + col] = convert<T>(acc * inv);
+    float acc[kPerLane] = {};
+    const int64_t col0 = cb * kCols + lane * kPerLane;
+    for (int c = warp; c < parts; c += kWarps) {
+      const float wc = w[c];
+      if (wc == 0.f) continue;  // a part -inf across the row
+      const T* src = part + at(c) * d3 + col0;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (col0 + j < d3) acc[j] += wc * convert<float>(src[j]);
     }
-    __syncthreads();  // w and inv_total are rewritten for the next row
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) sums[warp][lane * kPerLane + j] = acc[j];
+    __syncthreads();
+    if (threadIdx.x < kCols && cb * kCols + threadIdx.x < d3) {
+      float total = 0.f;
+#pragma unroll
+      for (int q = 0; q < kWarps; ++q) total += sums[q][threadIdx.x];
+      out[row * d3 + cb * kCols + threadIdx.x] = convert<T>(total * inv_total);
+    }
+    __syncthreads();  // w, sums and inv_total are rewritten for the next block
   }
 }
 
@@ -78,7 +105,7 @@ template <typename T>
 void launch(const void* part, const float* log_l, const float* mx, void* out, float* lse, int64_t batch, int64_t d1,
             int64_t d3, int64_t parts) {
   const int64_t rows = batch * d1;
-  const int blocks = static_cast<int>(std::min<int64_t>(rows, 65536));
+  const int blocks = static_cast<int>(std::min<int64_t>(rows * ((d3 + kCols - 1) / kCols), 65536));
   combine_parts_kernel<T><<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       static_cast<const T*>(part), log_l, mx, static_cast<T*>(out), lse, rows, d1, d3, static_cast<int>(parts));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -16,7 +16,8 @@ struct Args {
   int64_t x_batch_stride = 0, x_row_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0;
   // d2 cut into `parts` parts of part_cols columns (a multiple of 128), a
-  // CTA each (the Hopper kernels only; cta.cuh's DRange): out, lse and
+  // CTA each (the Hopper kernels, cta.cuh's DRange; the rows kernel, with
+  // part_cols a multiple of 256): out, lse and
   // part_max then hold each part's output, log of its row sum and row max,
   // (batch * parts, d1, d3) and (batch * parts, d1), batch entry
   // b * parts + c, and combine_parts merges them.
@@ -31,6 +32,18 @@ struct Args {
 // outputs' (at::ScalarType as int).
 void combine_parts(const void* part, const float* log_l, const float* max, void* out, float* lse, int64_t batch,
                    int64_t d1, int64_t d3, int64_t parts, int dtype);
+
+// Few rows of d1 on CUDA cores (rows.cu): `rows` (1, 2, 4, 8, 16) rows of
+// d1 and `groups` (4-64, a power of two) x rows_columns_per_thread columns
+// of d3 per CTA; any row strides (unit column strides). dtype: x's
+// (at::ScalarType as int; f16, bf16, f32).
+void launch_rows(const Args& a, int rows, int groups, int dtype);
+// Columns of d3 a thread of the rows kernel keeps: one 16-byte vector of
+// elements of `elem_bytes`, fewer where rows x columns would pass 32
+// accumulators.
+constexpr int rows_columns_per_thread(int rows, int elem_bytes) {
+  return (16 / elem_bytes) * rows <= 32 ? 16 / elem_bytes : 32 / rows;
+}
 
 // A CTA of `warps` warps (4 or 8; 16 rows of d1 each) and `bn` (64, 128,
 // 256) columns of d3. Launch on the current stream.
