@@ -5,6 +5,7 @@ family once, checked against float64 on the CPU. Exits non-zero on a mismatch.
     compute-sanitizer --tool memcheck python3 scripts/cuda_smoke.py
 """
 
+import os
 import sys
 
 import torch
@@ -88,8 +89,15 @@ def other_ops():
             # the fused TF32 / 3xTF32 backward, d1 not a multiple of 4)
             mm_cases += [((2, 130, 520), 264, True), ((40, 300, 40), 264, True), ((40, 300, 40), 264, False),
                          ((2, 129, 136), 72, False)]
+        # the rows kernel (few rows of d1; SOFTMAX_EXT_SMM_ROWS takes it for
+        # every dtype): d2 cut into parts, V's rows no whole vectors (d3 = 75)
+        mm_cases += [((2, 3, 5000), 40, "rows"), ((1, 8, 700), 75, "rows")]
         tf32_before = torch.backends.cuda.matmul.allow_tf32
         for shape_x, d3, allow_tf32 in mm_cases:
+            rows = allow_tf32 == "rows"
+            allow_tf32 = allow_tf32 is True
+            if rows:
+                os.environ["SOFTMAX_EXT_SMM_ROWS"] = "16"
             x64 = torch.randn(*shape_x, generator=gen, dtype=torch.float64) * 3
             v64 = torch.randn(*shape_x[:-2], shape_x[-1], d3, generator=gen, dtype=torch.float64)
             x = x64.to("cuda", dtype, copy=True).requires_grad_()
@@ -102,7 +110,8 @@ def other_ops():
             ref = torch.softmax(xr, -1) @ vr
             ref.backward(g.double().cpu())
             torch.backends.cuda.matmul.allow_tf32 = tf32_before
-            what = f"softmax_matmul {dtype} {shape_x} d3={d3}" + (" tf32" if allow_tf32 else "")
+            os.environ.pop("SOFTMAX_EXT_SMM_ROWS", None)
+            what = f"softmax_matmul {dtype} {shape_x} d3={d3}" + (" tf32" if allow_tf32 else "") + (" rows" if rows else "")
             tol_dtype = torch.bfloat16 if allow_tf32 else dtype
             bad += mismatches(out.detach(), ref.detach(), tol_dtype, what)
             for got, want, name in ((x.grad, xr.grad, "dx"), (v.grad, vr.grad, "dv")):
