@@ -863,5 +863,11 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
     assert not kernel(9, torch.float32, False).startswith("cuda.rows")
     assert not kernel(1, torch.float32, True).startswith("cuda.rows")
     assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
+    # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles)
+    x1, v1 = torch.zeros(2, 1, 512, device="cuda"), torch.zeros(2, 512, 64, device="cuda")
+    assert softmax_ext.plan(x1, kind="softmax_matmul", v=v1, backward=True).kernel.startswith("cuda.blocked_aten")
+    x2 = torch.zeros(2, 2, 512, device="cuda")
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert "wgmma.backward" in softmax_ext.plan(x2, kind="softmax_matmul", v=v1, backward=True).kernel
     monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16")
     assert kernel(16, torch.float16, False).startswith("cuda.rows.f16.16x")

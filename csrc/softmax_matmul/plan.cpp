@@ -61,8 +61,11 @@ static bool wgmma_fits(const Descriptor& d) {
 int64_t blocked_columns(int64_t rows, int64_t d2, bool cuda, bool backward) {
   // Temporaries of (rows, block) elements: ~4M on CPU (cache-sized steps and
   // O(rows) memory), ~32M on CUDA (large enough GEMMs for cuBLAS).
+  // On CUDA all of d2 is one block where its temporaries fit the budget
+  // (few rows: one launch per op instead of one per block).
   const int64_t budget = cuda ? (int64_t{1} << 25) : (int64_t{1} << 22);
   int64_t cols = budget / std::max<int64_t>(rows, 1);
+  if (cuda && cols >= d2) return std::max<int64_t>(d2, 1);
   cols = std::max<int64_t>(64, std::min<int64_t>(cols, backward ? 2048 : 4096));
   return std::min<int64_t>(cols, std::max<int64_t>(d2, 1));
 }
@@ -153,8 +156,13 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   // SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1 keeps the blocked ATen backward (A/B work).
   const char* bwd_env = std::getenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD");
   const bool blocked_bwd = bwd_env != nullptr && bwd_env[0] == '1';
+  // float32 with one row of d1 (attention-style pooling) keeps the blocked
+  // backward: the fused one's 128-row tiles (three products each for
+  // 3xTF32) were 0.29-0.67x autograd there against the blocked 0.74-0.90x
+  // (docs/softmax_matmul.md, "Few rows").
+  const bool one_row_f32 = d.dtype == ScalarType::Float && d.d1 == 1;
   const bool wgmma_backward =
-      cuda && backward && !blocked_bwd && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
+      cuda && backward && !blocked_bwd && !one_row_f32 && wgmma_fits(d) && d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
   (void)wgmma_backward;
