@@ -849,7 +849,8 @@ def test_cuda_rows_kernel_layouts(dtype, monkeypatch):
 
 @requires_cuda
 def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
-    # the plan's default: float32 with TF32 off up to 8 rows; 16-bit and TF32 keep the tensor cores
+    # the plan's default: float32 with TF32 off up to 8 rows (16 where d3 <= 32); 16-bit and TF32
+    # keep the tensor cores
     monkeypatch.delenv("SOFTMAX_EXT_SMM_ROWS", raising=False)
 
     def kernel(d1, dtype, allow):
@@ -861,6 +862,9 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
     assert kernel(1, torch.float32, False).startswith("cuda.rows.f32.1x")
     assert kernel(8, torch.float32, False).startswith("cuda.rows.f32.8x")
     assert not kernel(9, torch.float32, False).startswith("cuda.rows")
+    x16, v32 = torch.zeros(4, 16, 256, device="cuda"), torch.zeros(4, 256, 32, device="cuda")
+    with tf32(False):
+        assert softmax_ext.plan(x16, kind="softmax_matmul", v=v32).kernel.startswith("cuda.rows.f32.16x")
     assert not kernel(1, torch.float32, True).startswith("cuda.rows")
     assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
     # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles)

@@ -95,22 +95,19 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
   p->name += ".d2parts" + std::to_string(p->parts);
 }
 
-// The rows kernel (cuda_launch.h launch_rows): up to this many rows of d1
-// per batch entry. It takes float32 with float32 accuracy (TF32 off) up to
-// 8 rows, where the 3xTF32 tensor-core tile (128 rows, three products)
-// computes mostly rows that do not exist; 16-bit and TF32 tiles stay ahead
-// on the tensor cores (docs/softmax_matmul.md, "Few rows").
-// SOFTMAX_EXT_SMM_ROWS=n sets the limit for every dtype (0: never; A/B
-// work and tests; read at each call).
-static int64_t rows_limit(Math math) {
-  if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return std::atoll(env);
-  return math == Math::kExactF32 ? 8 : 0;
-}
-
+// The rows kernel (cuda_launch.h launch_rows). It takes float32 with
+// float32 accuracy (TF32 off) up to 8 rows of d1, and up to 16 where d3 is
+// at most 32 (a 3xTF32 tensor-core tile of 128 rows and 128 columns then
+// uses 1/32 of itself, three products each); 16-bit and TF32 tiles stay
+// ahead on the tensor cores (docs/softmax_matmul.md, "Few rows").
+// SOFTMAX_EXT_SMM_ROWS=n takes it for every dtype up to n rows (0: never;
+// A/B work and tests; read at each call).
 [[maybe_unused]] static bool rows_fit(const Descriptor& d, Math math) {
   const bool dtype_ok = d.dtype == c10::ScalarType::Float || d.dtype == c10::ScalarType::Half ||
                         d.dtype == c10::ScalarType::BFloat16;
-  return dtype_ok && d.d1 <= rows_limit(math);
+  if (!dtype_ok) return false;
+  if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return d.d1 <= std::atoll(env);
+  return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32));
 }
 
 // One CTA: the power of two of rows at or above d1 (at most 16); column
