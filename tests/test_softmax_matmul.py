@@ -417,6 +417,22 @@ def test_cuda_graph_capture():
     torch.testing.assert_close(out.double(), reference(x, v), **TOL[torch.bfloat16])
 
 
+def hard_inputs(mode, shape, seed, nan_col):
+    """x (b, d1, d2), v (b, d2, d3) in mode's dtype ("bf16", "f16", else
+    float32): a max growing along d2 in the last batch entry, every third
+    entry of row 0 -inf, and where d1 > 2 row 1 all -inf and a NaN in row 2."""
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
+    b, d1, d2, d3 = shape
+    x = randn((b, d1, d2), dtype, "cuda", seed, scale=3.0)
+    v = randn((b, d2, d3), dtype, "cuda", seed + 1)
+    x[-1] += torch.linspace(0, 40, d2, device="cuda").to(dtype)
+    x[0, 0, ::3] = -float("inf")
+    if d1 > 2:
+        x[0, 1, :] = -float("inf")
+        x[0, 2, nan_col] = float("nan")
+    return dtype, x, v
+
+
 @pytest.fixture
 def tensor_core_kernels(monkeypatch):
     # shapes of few rows of d1 would take the rows kernel (CUDA cores):
@@ -718,16 +734,9 @@ def test_cuda_d2_parts(mode, parts, shape, monkeypatch):
     # (that part weighs 0), a row all -inf (NaN, lse -inf, as uncut), a NaN.
     if not _hopper():
         pytest.skip("the d2 parts are a Hopper (sm_90a) forward path")
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
     b, d1, d2, d3 = shape
-    x = randn((b, d1, d2), dtype, "cuda", 70, scale=3.0)
-    v = randn((b, d2, d3), dtype, "cuda", 71)
-    x[-1] += torch.linspace(0, 40, d2, device="cuda").to(dtype)
-    x[0, 0, ::3] = -float("inf")
+    dtype, x, v = hard_inputs(mode, shape, 70, nan_col=7)
     x[0, 0, :300] = -float("inf")
-    if d1 > 2:
-        x[0, 1, :] = -float("inf")
-        x[0, 2, 7] = float("nan")
     with tf32(mode == "tf32"):
         monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", "1")
         whole, lse_whole = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
@@ -800,15 +809,8 @@ def test_cuda_rows_kernel(shape, mode, cut, monkeypatch):
     monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16")
     if cut != "auto":
         monkeypatch.setenv("SOFTMAX_EXT_SMM_D2_PARTS", cut)
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
     b, d1, d2, d3 = shape
-    x = randn((b, d1, d2), dtype, "cuda", 80, scale=3.0)
-    v = randn((b, d2, d3), dtype, "cuda", 81)
-    x[-1] += torch.linspace(0, 40, d2, device="cuda").to(dtype)
-    x[0, 0, ::3] = -float("inf")
-    if d1 > 2:
-        x[0, 1, :] = -float("inf")
-        x[0, 2, d2 // 2] = float("nan")
+    dtype, x, v = hard_inputs(mode, shape, 80, nan_col=d2 // 2)
     with tf32(mode == "tf32"):
         p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
         out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
