@@ -586,7 +586,7 @@ def test_cuda_aligned_backward(dtype, shape):
 
 @requires_cuda
 @pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "3xtf32"])
-@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1096, 520), (3, 1, 8, 8), (2, 64, 64, 64),
+@pytest.mark.parametrize("shape", [(2, 130, 200, 136), (1, 257, 1096, 520), (3, 2, 8, 8), (2, 64, 64, 64),
                                    (3, 66, 96, 264), (2, 129, 136, 72)], ids=lambda s: "x".join(map(str, s)))
 def test_cuda_aligned_backward_f32(shape, allow_tf32):
     # float32, d2 and d3 multiples of 8: the fused backward on sm_90 (dX
@@ -869,9 +869,17 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
         assert softmax_ext.plan(x16, kind="softmax_matmul", v=v32).kernel.startswith("cuda.rows.f32.16x")
     assert not kernel(1, torch.float32, True).startswith("cuda.rows")
     assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
-    # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles)
-    x1, v1 = torch.zeros(2, 1, 512, device="cuda"), torch.zeros(2, 512, 64, device="cuda")
+    # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles), its
+    # gradients as close to float64's as autograd's through the naive version
+    x1, v1 = randn((2, 1, 512), torch.float32, "cuda", 88, scale=3.0), randn((2, 512, 64), torch.float32, "cuda", 89)
     assert softmax_ext.plan(x1, kind="softmax_matmul", v=v1, backward=True).kernel.startswith("cuda.blocked_aten")
+    go = randn((2, 1, 64), torch.float32, "cuda", 90)
+    with tf32(False):
+        dx, dv = _grads(x1, v1, go)
+        x64, v64 = x1.double().requires_grad_(), v1.double().requires_grad_()
+        rx, rv = torch.autograd.grad(torch.softmax(x64, -1) @ v64, (x64, v64), go.double())
+    torch.testing.assert_close(dx.double(), rx, **TOL[torch.float32])
+    torch.testing.assert_close(dv.double(), rv, **TOL[torch.float32])
     x2 = torch.zeros(2, 2, 512, device="cuda")
     if torch.cuda.get_device_capability() == (9, 0):
         assert "wgmma.backward" in softmax_ext.plan(x2, kind="softmax_matmul", v=v1, backward=True).kernel
