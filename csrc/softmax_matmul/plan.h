@@ -58,7 +58,7 @@ enum class Math : uint8_t {
   kTF32,        // TF32 tensor cores, f32 accumulation
   kHalfF32Acc,  // f16 / bf16 operands, f32 accumulation
   kF64,         // float64 throughout
-  kF32,         // float32 ATen matmuls (CPU)
+  kF32,         // float32 throughout: ATen matmuls (CPU), FMAs (the CUDA rows kernel)
 };
 
 const char* math_name(Math m);
