@@ -227,9 +227,10 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
       a.parts = plan.parts;
       a.part_cols = plan.part_cols;
     }
-    const int cols = cuda::rows_columns_per_thread(plan.bm, static_cast<int>(c10::elementSize(d.dtype)));
-    if (plan.kernel == Kernel::kCudaRows) cuda::launch_rows(a, plan.bm, plan.bn / cols, static_cast<int>(d.dtype));
-    else if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
+    if (plan.kernel == Kernel::kCudaRows) {  // plan.bn: column groups of rows_columns_per_thread
+      const int cols = cuda::rows_columns_per_thread(plan.bm, static_cast<int>(c10::elementSize(d.dtype)));
+      cuda::launch_rows(a, plan.bm, plan.bn / cols, static_cast<int>(d.dtype));
+    } else if (d.dtype == at::kBFloat16) cuda::launch_sm90_bf16(a, plan.bn);
     else if (d.dtype == at::kHalf) cuda::launch_sm90_f16(a, plan.bn);
     else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
     if (plan.parts > 1) {

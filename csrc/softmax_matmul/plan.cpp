@@ -110,6 +110,10 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
   return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32));
 }
 
+// The rows kernel's cut of d2: up to two CTAs of 256 threads per SM, two
+// waves; parts of whole 256-column steps, at most 64.
+static Cut rows_cut(const Descriptor& d) { return {4 * int64_t{d.sms}, 512, 256, 256, 64}; }
+
 // One CTA: the power of two of rows at or above d1 (at most 16); column
 // groups of rows_columns_per_thread columns, a power of two (4-64) covering d3.
 [[maybe_unused]] static void rows_tile(const Descriptor& d, Plan* p) {
@@ -119,10 +123,11 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
   int groups = 4;
   while (groups < 64 && int64_t{groups} * cols < d.d3) groups *= 2;
   // narrower column blocks where the CTAs, d2 cut into as many parts as
-  // cut_d2 would, leave SMs idle
+  // cut_d2 could, leave SMs idle
+  const Cut cut = rows_cut(d);
   auto ctas = [&](int gr) {
     return d.batch * ((d.d1 + rows - 1) / rows) * ((d.d3 + gr * cols - 1) / (gr * cols)) *
-           std::clamp<int64_t>(d.d2 / 256, 1, 64);
+           std::clamp<int64_t>(d.d2 / cut.min_cols, 1, cut.max_parts);
   };
   while (groups > 8 && ctas(groups) < 2 * int64_t{d.sms}) groups /= 2;
   p->bm = rows;
@@ -171,8 +176,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     rows_tile(d, &p);
     p.name = std::string("cuda.rows.") + tag(d.dtype) + "." + std::to_string(p.bm) + "x" + std::to_string(p.bn) +
              "x" + std::to_string(p.bk);
-    // two CTAs of 256 threads per SM, two waves
-    cut_d2(d, Cut{4 * int64_t{d.sms}, 512, 256, 256, 64}, &p);
+    cut_d2(d, rows_cut(d), &p);
   } else if (wgmma_backward) {
 #endif
     p.kernel = Kernel::kCudaWgmma;

@@ -29,6 +29,23 @@ __device__ __forceinline__ void cp_async_16(uint32_t shared, const void* global)
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+// kBytes (4, 8 or 16) from global to shared memory, zero-filled past the
+// first `valid` bytes (0: nothing is read, all zeros).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_zfill(uint32_t shared, const void* global, int valid) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(valid) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(shared), "l"(global), "n"(kBytes), "r"(valid)
+                 : "memory");
+  }
+}
+// Waits until at most kPending of this thread's committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 __device__ __forceinline__ uint4 load_shared_16(uint32_t shared) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"

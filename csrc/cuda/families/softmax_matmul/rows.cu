@@ -40,11 +40,16 @@
 
 #include "cuda/core/launch.cuh"
 #include "cuda/core/numerics.cuh"
+#include "cuda/core/staging.cuh"
 
 namespace softmax_ext::smm::cuda {
 namespace {
 
 using softmax_ext::cuda::convert;
+using softmax_ext::cuda::cp_async_commit;
+using softmax_ext::cuda::cp_async_wait;
+using softmax_ext::cuda::cp_async_wait_all;
+using softmax_ext::cuda::cp_async_zfill;
 using softmax_ext::cuda::NanMax;
 
 constexpr int kThreads = 256;
@@ -71,21 +76,6 @@ constexpr int64_t shared_bytes() {
   constexpr int64_t stages = int64_t{kStages} * kGroup * kThreads * vbytes;
   constexpr int64_t partial = int64_t{kWarps} * R * 64 * columns_per_thread<T, R>() * 4;
   return stages > partial ? stages : partial;
-}
-
-// bytes (4, 8 or 16) from global to shared memory, zero-filled past `valid`
-template <int kBytes>
-__device__ __forceinline__ void cp_async(uint32_t shared, const void* global, int valid) {
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared), "l"(global), "r"(valid) : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(shared), "l"(global), "n"(kBytes), "r"(valid)
-                 : "memory");
-  }
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 template <typename T, int R>
@@ -166,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(Args a, int G, bool v
           const bool in = gi * kGroup + u < rows_per_slice && k < k_end;
           const T* src = vb + k * a.v_row_stride;
           if (vec) {
-            cp_async<kBytes>(static_cast<uint32_t>(__cvta_generic_to_shared(slot + u * kThreads)), in ? src : vb,
+            cp_async_zfill<kBytes>(static_cast<uint32_t>(__cvta_generic_to_shared(slot + u * kThreads)), in ? src : vb,
                              in ? kBytes : 0);
           } else {
             V w;
@@ -176,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(Args a, int G, bool v
           }
         }
       }
-      asm volatile("cp.async.commit_group;" ::: "memory");
+      cp_async_commit();
     };
 
 #pragma unroll
@@ -240,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(Args a, int G, bool v
         }
       }
     }
-    cp_async_wait<0>();
+    cp_async_wait_all();
     __syncthreads();  // every thread done with the stages: `partial` takes their place
 
     // The slices' sum: inside a warp over the lanes of the same column
