@@ -497,6 +497,38 @@ def test_cuda_deterministic_and_graph_capture():
 
 
 @requires_cuda
+@pytest.mark.parametrize("n,c,dtype", [(65536, 128, torch.float32), (65536, 136, torch.bfloat16),
+                                       (4096, 32000, torch.bfloat16)], ids=str)
+def test_cuda_overlapped_launches(n, c, dtype, monkeypatch):
+    """On sm_90 the forward's kernels after the first start before the one
+    ahead of them ends and wait on the device for its results: the fused
+    mean's rows for the divisor the first kernel sums, the kernel summing
+    the row losses for those losses. Many short rows put the wait to work
+    (the first rows' gradients are ready long before 65536 targets are
+    summed); the results are bit-identical to launches one after another
+    (SOFTMAX_EXT_OVERLAP=0) and right against float64."""
+    x, t, w = _inputs(n, c, dtype, "cuda", seed=26, ignore=True, weight=True)
+    ops = torch.ops.softmax_ext
+
+    def run():
+        fused = ops._cross_entropy_forward_grad(x, t, w)
+        fused_sum = ops._cross_entropy_forward_grad(x, t, None, reduction="sum", label_smoothing=0.1)
+        plain = ops._cross_entropy_forward(x, t, w)
+        return fused + fused_sum + plain
+
+    overlapped = run()
+    monkeypatch.setenv("SOFTMAX_EXT_OVERLAP", "0")
+    serial = run()
+    for got, want in zip(overlapped, serial):
+        assert torch.equal(got, want)
+    _, ref = _reference(x, t, w, "mean", 0.0)
+    _assert_close(overlapped[0], ref, dtype, "fused mean")
+    x64 = x.double().requires_grad_(True)
+    F.cross_entropy(x64, t, w.double()).backward()
+    _assert_close(overlapped[3], x64.grad, dtype, "fused mean grad")
+
+
+@requires_cuda
 def test_cuda_compile_inductor():
     torch._dynamo.reset()
     x, t, w = _inputs(64, 4096, torch.bfloat16, "cuda", seed=23, ignore=True, weight=True)

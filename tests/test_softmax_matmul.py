@@ -778,6 +778,25 @@ def test_cuda_d2_parts(mode, parts, shape, monkeypatch):
 
 
 @requires_cuda
+@pytest.mark.parametrize("rows_kernel", [False, True], ids=["wgmma", "rows"])
+def test_cuda_d2_parts_merge_overlapped(rows_kernel, monkeypatch):
+    # On sm_90 the merge of the parts starts before the forward that writes
+    # them ends and waits on the device for them: bit-identical to the
+    # merge launched after it (SOFTMAX_EXT_OVERLAP=0)
+    if not _hopper():
+        pytest.skip("the d2 parts are a Hopper (sm_90a) forward path")
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16" if rows_kernel else "0")
+    x = randn((3, 4, 40000), torch.bfloat16, "cuda", 75, scale=3.0)
+    v = randn((3, 40000, 96), torch.bfloat16, "cuda", 76)
+    assert ".d2parts" in softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+    out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    monkeypatch.setenv("SOFTMAX_EXT_OVERLAP", "0")
+    out0, lse0 = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    assert torch.equal(out, out0) and torch.equal(lse, lse0)
+    check(x, v)
+
+
+@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
 def test_cuda_d2_parts_chosen_for_few_rows(dtype, monkeypatch):
     # one query row against a long d2 (attention-style pooling): the plan

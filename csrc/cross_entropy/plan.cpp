@@ -123,6 +123,9 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     plan.chunk = (plan.chunk + 7) / 8 * 8;
     plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
     if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem, plan.chunk);
+#ifdef SOFTMAX_EXT_WITH_CUDA
+    plan.overlap = !backward && cuda::overlap_launches(cuda::device_facts(problem.device_index).arch);
+#endif
     const std::string shape = plan.row_split > 1 ? (backward ? "cuda.ce_split" : "cuda.ce_cluster") +
                                                        std::to_string(plan.row_split)
                                                  : std::string("cuda.ce_block_per_row");

@@ -75,6 +75,10 @@ struct CePlan {
   // independent blocks); 1: a block a row.
   int row_split = 1;
   int64_t chunk = 0;
+  // CUDA forward (plan/family.h, cuda::overlap_launches): each kernel after
+  // the first starts before the kernel ahead of it ends and waits on the
+  // device for what it needs (programmatic dependent launch).
+  bool overlap = false;
   int64_t workspace_bytes = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,16 @@ const std::vector<const Family*>& families();
 namespace cuda {
 // The facts of CUDA device `device`, cached (cuda/core/device.cu).
 const DeviceFacts& device_facts(int device);
+
+// Whether a kernel that takes over from the one before it in the stream
+// (a cross-entropy forward's reductions, the merge of softmax_matmul's
+// parts of d2) is launched to start before that one ends (programmatic
+// dependent launch, cuda/core/launch.cuh): sm_90 on (arch: compute
+// capability * 10), unless SOFTMAX_EXT_OVERLAP=0 (A/B runs; read at each call).
+inline bool overlap_launches(int arch) {
+  const char* env = std::getenv("SOFTMAX_EXT_OVERLAP");
+  return arch >= 90 && !(env != nullptr && env[0] == '0');
+}
 }  // namespace cuda
 #endif
 

@@ -235,7 +235,8 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
     else cuda::launch_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
     if (plan.parts > 1) {
       cuda::combine_parts(part_out.data_ptr(), a.lse, a.part_max, out.data_ptr(), lse.data_ptr<float>(), d.batch,
-                          d.d1, d.d3, plan.parts, static_cast<int>(d.dtype));
+                          d.d1, d.d3, plan.parts, static_cast<int>(d.dtype),
+                          softmax_ext::cuda::overlap_launches(d.arch));
     }
     return {out, lse};
   }

@@ -1,8 +1,9 @@
 // Launch utilities every family uses: a launch on the current stream with
 // its check, a grid over a batch in chunks (launch_batch_chunks), launches
 // of clusters (ClusterLaunch), persistent grids (as many
-// blocks or clusters as the device runs at once: persistent_clusters), and
-// the grid-stride launch of a row or tile loop (launch_row_blocks).
+// blocks or clusters as the device runs at once: persistent_clusters), the
+// grid-stride launch of a row or tile loop (launch_row_blocks), and launches
+// that overlap the kernel before them (launch_after_prior).
 #pragma once
 
 #include "cuda/core/budget.h"
@@ -38,29 +39,67 @@ void launch_batch_chunks(int64_t blocks, int64_t batch, const Launch& launch) {
   }
 }
 
+// Programmatic dependent launch (sm_90 on): a kernel launched after its
+// prior (the kernel before it in the stream) may start while that kernel
+// still runs, once each of the prior's blocks has called allow_dependents()
+// or exited. Before it reads what the prior writes, or writes what the
+// prior reads, every thread that does calls wait_for_prior(): it returns
+// once the prior has finished and its writes are visible. What kernels
+// before the prior wrote may be read at once where the prior itself was
+// launched the usual way (it started only after they had finished). On
+// older GPUs, and in a kernel launched the usual way, both are no-ops.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // A launch configuration of `blocks` blocks of `threads` threads, grouped in
-// clusters of `cluster_size` along x when that is above 1. Not copyable: the
-// configuration points at its own attribute.
+// clusters of `cluster_size` along x when that is above 1, and launched
+// after its prior (above) when `after_prior` is set (callers set it on
+// sm_90 and later only). Not copyable: the configuration points at its own
+// attributes.
 struct ClusterLaunch {
   cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream, size_t smem_bytes = 0) {
+  cudaLaunchAttribute attributes[2]{};
+  ClusterLaunch(unsigned int blocks, int threads, int cluster_size, cudaStream_t stream, size_t smem_bytes = 0,
+                bool after_prior = false) {
     config.gridDim = dim3(blocks);
     config.blockDim = dim3(threads);
     config.dynamicSmemBytes = smem_bytes;
     config.stream = stream;
+    config.attrs = attributes;
     if (cluster_size > 1) {
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = cluster_size;
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      config.attrs = &attribute;
-      config.numAttrs = 1;
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster_size;
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if (after_prior) {
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
     }
   }
   ClusterLaunch(const ClusterLaunch&) = delete;
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
+
+// kernel<<<blocks, threads>>>(args...) on `stream`, launched after its prior
+// (the kernel calls wait_for_prior() before it touches the prior's data);
+// checks the launch.
+template <typename... Params, typename... Args>
+void launch_after_prior(void (*kernel)(Params...), unsigned int blocks, int threads, cudaStream_t stream,
+                        Args&&... args) {
+  ClusterLaunch launch(blocks, threads, 1, stream, 0, /*after_prior=*/true);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
+}
 
 // A cooperative launch (every block resident at once) of `blocks` blocks of
 // `threads` threads with `smem_bytes` of dynamic shared memory. Not
@@ -128,6 +167,7 @@ struct BlockShape {
   int64_t smem_bytes = 0;   // dynamic shared memory per block
   bool persistent = false;  // a grid of as many clusters as run at once
   bool walks_rows = true;   // kMaxGridBlocks blocks (clusters), else a block per row
+  bool after_prior = false;  // launched after its prior (ClusterLaunch)
 };
 
 // Launches `kernel` on the current stream over `rows` rows, as clusters of
@@ -142,7 +182,7 @@ void launch_row_blocks(void (*kernel)(Params...), int64_t rows, const BlockShape
   const unsigned int blocks =
       shape.walks_rows ? grid_for_rows(std::min<int64_t>(rows, kMaxGridBlocks / c)) * c : grid_for_each(rows);
   ClusterLaunch launch(blocks, shape.threads, c, c10::cuda::getCurrentCUDAStream(),
-                       static_cast<size_t>(shape.smem_bytes));
+                       static_cast<size_t>(shape.smem_bytes), shape.after_prior);
   if (shape.persistent) {
     const int resident = persistent_clusters(reinterpret_cast<const void*>(kernel), launch.config);
     launch.config.gridDim.x = static_cast<unsigned>(std::min<int64_t>(rows, resident) * c);

@@ -348,8 +348,14 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
   const int64_t c0 = kCluster ? rank * a.chunk : 0;
   const int64_t n = kCluster ? max(int64_t{0}, min(a.chunk, a.classes - c0)) : a.classes;
   const acc_t* weight = a.weight != nullptr ? a.weight + c0 : nullptr;
-  // The gradient's row scale: 1 / total_weight (mean) or 1 (sum).
-  const acc_t grad_scale = kGrad && a.total_weight != nullptr ? acc_t(1) / *a.total_weight : acc_t(1);
+  // The kernel that sums the row losses may be scheduled once every block
+  // has started (cuda_forward).
+  cuda::allow_dependents();
+  // The gradient's row scale: 1 / total_weight (mean) or 1 (sum). For the
+  // mean the kernel before this one computes total_weight, and this one may
+  // start before it ends: read at the first gradient, after the wait.
+  acc_t grad_scale = 1;
+  bool scale_pending = kGrad && a.total_weight != nullptr;
   const cuda::ClusterRowLoop loop{cluster};
   for (int64_t row = loop.start(); row < a.rows; row += loop.step()) {
     const int64_t t = load_target(a.target64, a.target32, row);
@@ -441,6 +447,11 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       else a.row_loss[row] = loss;
     }
     if constexpr (kGrad) {
+      if (scale_pending) {
+        cuda::wait_for_prior();
+        grad_scale = acc_t(1) / *a.total_weight;
+        scale_pending = false;
+      }
       T* g = a.grad + row * a.grad_row_stride + c0;
       if (a.weight != nullptr) {
         const acc_t W = a.weight_sum != nullptr ? *a.weight_sum : acc_t(0);
@@ -460,18 +471,25 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
 
 // One block: the non-ignored targets' total weight and (mean / sum: one of
 // `loss` and `loss_acc` set) the sum of the per-row losses, each thread over
-// a fixed stride of rows, then a fixed-order block reduction.
+// a fixed stride of rows, then a fixed-order block reduction. Before the
+// forward kernel (the fused mean's divisor) it lets the forward start at
+// once; after it, it is launched after its prior (cuda_forward): the
+// targets and weights, the call's inputs, are summed while the forward
+// ends, the per-row losses (0 for an ignored row) only after its wait.
 template <typename T>
 __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* loss_acc,
                                                          acc_type<T>* total_weight, bool mean) {
   using acc_t = acc_type<T>;
+  cuda::allow_dependents();
   const bool reduce = loss != nullptr || loss_acc != nullptr;
   acc_t tw = 0, sum = 0;
   for (int64_t row = threadIdx.x; row < a.rows; row += 1024) {
     const int64_t t = load_target(a.target64, a.target32, row);
-    if (t == a.ignore_index) continue;
-    tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
-    if (reduce) sum += a.row_loss[row];
+    if (t != a.ignore_index) tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
+  }
+  cuda::wait_for_prior();  // (the forward reads total_weight, written below)
+  if (reduce) {
+    for (int64_t row = threadIdx.x; row < a.rows; row += 1024) sum += a.row_loss[row];
   }
   __shared__ acc_t scratch[cuda::kWarpSize];
   tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
@@ -607,11 +625,13 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.grad_row_stride = p.grad_row_stride;
     a.total_weight = nullptr;
     if (p.fused_grad && p.reduction == Reduction::Mean) {
-      // The mean's divisor first: the rows' gradients are scaled by it.
+      // The mean's divisor first: the rows' gradients are scaled by it (the
+      // forward, launched after it, reads it once its rows need it).
       ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, nullptr, nullptr, static_cast<acc_t*>(b.total_weight), true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       a.total_weight = static_cast<const acc_t*>(b.total_weight);
     }
+    const bool forward_after_prior = plan.overlap && a.total_weight != nullptr;
     a.stage_packs = plan.stage_bytes / cuda::kVectorBytes;
     a.cluster = plan.row_split;
     a.chunk = plan.chunk;
@@ -620,7 +640,9 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
       // once on each device (to the most any plan stages).
       if (plan.stage_bytes > 0) cuda::allow_dynamic_shared(kernel, kMaxStageBytes);
       // clusters walk the rows like blocks
-      cuda::launch_row_blocks(kernel, p.rows, cuda::BlockShape{threads, plan.row_split, plan.stage_bytes}, a);
+      cuda::BlockShape shape{threads, plan.row_split, plan.stage_bytes};
+      shape.after_prior = forward_after_prior;
+      cuda::launch_row_blocks(kernel, p.rows, shape, a);
     };
     cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
       cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
@@ -636,9 +658,14 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     });
     T* loss = none || p.acc_loss ? nullptr : static_cast<T*>(b.loss);
     acc_t* loss_acc = !none && p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr;
-    ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, loss, loss_acc, static_cast<acc_t*>(b.total_weight),
-                                                p.reduction == Reduction::Mean);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    auto* total_weight = static_cast<acc_t*>(b.total_weight);
+    const bool mean = p.reduction == Reduction::Mean;
+    if (plan.overlap) {
+      cuda::launch_after_prior(ce_reduce_kernel<T>, 1, 1024, stream, a, loss, loss_acc, total_weight, mean);
+    } else {
+      ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, loss, loss_acc, total_weight, mean);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
   });
 }
 

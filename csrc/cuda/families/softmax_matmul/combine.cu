@@ -20,12 +20,15 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/core/launch.cuh"
 #include "cuda/core/numerics.cuh"
 
 namespace softmax_ext::smm::cuda {
 namespace {
 
 using softmax_ext::cuda::convert;
+using softmax_ext::cuda::launch_after_prior;
+using softmax_ext::cuda::wait_for_prior;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -44,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) combine_parts_kernel(const T* part, 
   __shared__ float w[kMaxParts];
   __shared__ float sums[kWarps][kCols];
   __shared__ float inv_total;
+  wait_for_prior();  // the parts' results (launched after the forward: combine_parts)
   constexpr float kInf = __builtin_huge_valf();
   const float kNaN = __int_as_float(0x7fffffff);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -103,22 +107,30 @@ __global__ void __launch_bounds__(kThreads) combine_parts_kernel(const T* part, 
 
 template <typename T>
 void launch(const void* part, const float* log_l, const float* mx, void* out, float* lse, int64_t batch, int64_t d1,
-            int64_t d3, int64_t parts) {
+            int64_t d3, int64_t parts, bool after_prior) {
   const int64_t rows = batch * d1;
-  const int blocks = static_cast<int>(std::min<int64_t>(rows * ((d3 + kCols - 1) / kCols), 65536));
-  combine_parts_kernel<T><<<blocks, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const T*>(part), log_l, mx, static_cast<T*>(out), lse, rows, d1, d3, static_cast<int>(parts));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows * ((d3 + kCols - 1) / kCols), 65536));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  auto* const o = static_cast<T*>(out);
+  const auto* const p = static_cast<const T*>(part);
+  const int n = static_cast<int>(parts);
+  if (after_prior) {
+    launch_after_prior(combine_parts_kernel<T>, blocks, kThreads, stream, p, log_l, mx, o, lse, rows, d1, d3, n);
+  } else {
+    combine_parts_kernel<T><<<blocks, kThreads, 0, stream>>>(p, log_l, mx, o, lse, rows, d1, d3, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace
 
 void combine_parts(const void* part, const float* log_l, const float* max, void* out, float* lse, int64_t batch,
-                   int64_t d1, int64_t d3, int64_t parts, int dtype) {
+                   int64_t d1, int64_t d3, int64_t parts, int dtype, bool after_prior) {
   switch (static_cast<c10::ScalarType>(dtype)) {
-    case c10::ScalarType::BFloat16: return launch<c10::BFloat16>(part, log_l, max, out, lse, batch, d1, d3, parts);
-    case c10::ScalarType::Half: return launch<c10::Half>(part, log_l, max, out, lse, batch, d1, d3, parts);
-    default: return launch<float>(part, log_l, max, out, lse, batch, d1, d3, parts);
+    case c10::ScalarType::BFloat16:
+      return launch<c10::BFloat16>(part, log_l, max, out, lse, batch, d1, d3, parts, after_prior);
+    case c10::ScalarType::Half: return launch<c10::Half>(part, log_l, max, out, lse, batch, d1, d3, parts, after_prior);
+    default: return launch<float>(part, log_l, max, out, lse, batch, d1, d3, parts, after_prior);
   }
 }
 

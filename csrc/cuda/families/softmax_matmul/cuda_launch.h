@@ -29,9 +29,10 @@ struct Args {
 // log row sums `log_l` and row maxima `max` (Args::parts): with M the
 // largest max and w_c = exp(max_c - M + log_l_c), lse = M + log(sum w_c),
 // out = sum w_c out_c / sum w_c in part order (combine.cu). dtype: the
-// outputs' (at::ScalarType as int).
+// outputs' (at::ScalarType as int). after_prior (sm_90 on): launched to
+// start before the forward that writes the parts ends (cuda/core/launch.cuh).
 void combine_parts(const void* part, const float* log_l, const float* max, void* out, float* lse, int64_t batch,
-                   int64_t d1, int64_t d3, int64_t parts, int dtype);
+                   int64_t d1, int64_t d3, int64_t parts, int dtype, bool after_prior);
 
 // Few rows of d1 on CUDA cores (rows.cu): `rows` (1, 2, 4, 8, 16) rows of
 // d1 and `groups` (4-64, a power of two) x rows_columns_per_thread columns

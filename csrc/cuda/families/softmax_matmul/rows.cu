@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(Args a, int G, bool v
   const int groups = (rows_per_slice + kGroup - 1) / kGroup;  // per chunk
   const int64_t row_blocks = (a.d1 + R - 1) / R, col_blocks = (a.d3 + BN - 1) / BN;
   const int64_t tiles = a.batch * a.parts * col_blocks * row_blocks;
+  softmax_ext::cuda::allow_dependents();  // the merge of d2's parts (combine.cu) may be scheduled
 
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // row blocks fastest: the CTAs that read the same rows of V run together
