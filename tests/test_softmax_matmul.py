@@ -433,6 +433,40 @@ def hard_inputs(mode, shape, seed, nan_col):
     return dtype, x, v
 
 
+# Few rows of d1 over many batch entries: mma.sync tiles of one warp (16
+# rows; where they make six CTAs an SM) or two (32 rows; 64 for float32,
+# in two row blocks), 64 columns of d3 a CTA. Shapes sized for the SM count:
+# a multiple of it in batch entries. Tails of d2's tiles, of the row block
+# and of d3's column blocks; unaligned rows (no 16-byte vectors); strided v.
+SMALL_TILE_CASES = [(6, 16, 300, 40, 1), (6, 9, 128, 130, 1), (4, 24, 200, 64, 2), (3, 5, 77, 33, 2),
+                    (2, 50, 136, 64, 2)]
+
+
+@requires_cuda
+@pytest.mark.usefixtures("tensor_core_kernels")
+@pytest.mark.parametrize("mode", ["bf16", "f16", "tf32", "f32"])
+@pytest.mark.parametrize("case", SMALL_TILE_CASES, ids=lambda c: "x".join(map(str, c[:4])) + f"-sms{c[0]}")
+def test_cuda_small_tiles_for_many_batch_entries(case, mode):
+    per_sm, d1, d2, d3, warps = case
+    if d1 > 32 and mode in ("bf16", "f16"):
+        pytest.skip("16-bit rows of d1 over 32 keep the 128-row tiles")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    col_blocks = -(-d3 // 64)
+    b = -(-per_sm * sms // col_blocks)  # per_sm CTAs an SM with one row block
+    dtype, x, v = hard_inputs(mode, (b, d1, d2, d3), 85, nan_col=d2 // 3)
+    if warps == 2 and mode in ("tf32", "f32"):  # v strided: the rows of a wider tensor
+        v = randn((b, d2, d3 + 3), dtype, "cuda", 87)[..., :d3]
+    with tf32(mode == "tf32"):
+        p = softmax_ext.plan(x, kind="softmax_matmul", v=v)
+        variant = {"tf32": "tf32", "f32": "3xtf32"}.get(mode, mode)
+        bk = 32 if dtype == torch.float32 else 64
+        assert p.kernel == f"cuda.mma_sync.{variant}.{16 * warps}x64x{bk}", p
+        out = check(x, v, mode)
+        torch.testing.assert_close(softmax_ext.softmax_matmul(x, v), out, rtol=0, atol=0, equal_nan=True)
+    if d1 > 2:
+        assert torch.isnan(out[0, 1]).all() and torch.isnan(out[0, 2]).all() and not torch.isnan(out[0, 3:]).any()
+
+
 @pytest.fixture
 def tensor_core_kernels(monkeypatch):
     # shapes of few rows of d1 would take the rows kernel (CUDA cores):
@@ -888,6 +922,14 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
         assert softmax_ext.plan(x16, kind="softmax_matmul", v=v32).kernel.startswith("cuda.rows.f32.16x")
     assert not kernel(1, torch.float32, True).startswith("cuda.rows")
     assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
+    # many batch entries of a few rows: the small 3xTF32 mma.sync tiles fill the GPU instead,
+    # but for one or two rows
+    many = 6 * torch.cuda.get_device_properties(0).multi_processor_count
+    with tf32(False):
+        for d1, rows in ((2, True), (3, False), (8, False)):
+            xm, vm = torch.zeros(many, d1, 256, device="cuda"), torch.zeros(many, 256, 64, device="cuda")
+            k = softmax_ext.plan(xm, kind="softmax_matmul", v=vm).kernel
+            assert k.startswith("cuda.rows.f32" if rows else "cuda.mma_sync.3xtf32.16x64x32"), (d1, k)
     # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles), its
     # gradients as close to float64's as autograd's through the naive version
     x1, v1 = randn((2, 1, 512), torch.float32, "cuda", 88, scale=3.0), randn((2, 512, 64), torch.float32, "cuda", 89)

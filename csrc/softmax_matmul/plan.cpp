@@ -95,11 +95,30 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
   p->name += ".d2parts" + std::to_string(p->parts);
 }
 
+// Few rows of d1 over many batch entries (16-bit: d1 <= 32; float32, whose
+// 128-row wgmma tiles cost more: d1 <= 64): mma.sync tiles of one or two
+// warps (16 or 32 rows of d1, 64 columns of d3) where they make enough CTAs
+// to fill the GPU; a 128-row tile would multiply mostly rows that do not
+// exist. One warp where it makes six CTAs an SM, else two (twice the
+// threads copying each V tile). 0: neither (docs/softmax_matmul.md, "Few
+// rows, many batch entries"). SOFTMAX_EXT_SMM_SMALL_TILES=0 turns them off
+// (A/B work; read at each call).
+[[maybe_unused]] static int small_tile_warps(const Descriptor& d) {
+  const char* env = std::getenv("SOFTMAX_EXT_SMM_SMALL_TILES");
+  if (env != nullptr && env[0] == '0') return 0;
+  if (d.d1 > (d.dtype == c10::ScalarType::Float ? 64 : 32)) return 0;
+  auto ctas = [&d](int warps) { return d.batch * ((d.d1 + 16 * warps - 1) / (16 * warps)) * ((d.d3 + 63) / 64); };
+  if (d.d1 <= 16 && ctas(1) >= 6 * int64_t{d.sms}) return 1;
+  return ctas(2) >= 3 * int64_t{d.sms} ? 2 : 0;
+}
+
 // The rows kernel (cuda_launch.h launch_rows). It takes float32 with
 // float32 accuracy (TF32 off) up to 8 rows of d1, and up to 16 where d3 is
 // at most 32 (a 3xTF32 tensor-core tile of 128 rows and 128 columns then
-// uses 1/32 of itself, three products each); 16-bit and TF32 tiles stay
-// ahead on the tensor cores (docs/softmax_matmul.md, "Few rows").
+// uses 1/32 of itself, three products each), but where the small mma.sync
+// tiles (above) fill the GPU with batch entries of more than two rows;
+// 16-bit and TF32 tiles stay ahead on the tensor cores
+// (docs/softmax_matmul.md, "Few rows").
 // SOFTMAX_EXT_SMM_ROWS=n takes it for every dtype up to n rows (0: never;
 // A/B work and tests; read at each call).
 [[maybe_unused]] static bool rows_fit(const Descriptor& d, Math math) {
@@ -107,7 +126,9 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
                         d.dtype == c10::ScalarType::BFloat16;
   if (!dtype_ok) return false;
   if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return d.d1 <= std::atoll(env);
-  return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32));
+  // (over more than two rows, the small 3xTF32 mma.sync tiles where they fill the GPU)
+  return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32)) &&
+         (d.d1 <= 2 || small_tile_warps(d) == 0);
 }
 
 // The rows kernel's cut of d2: up to two CTAs of 256 threads per SM, two
@@ -194,7 +215,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     const char* variant = f32 ? (split3 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.backward.") + variant + ".128x" + std::to_string(p.bn) + "x" +
              std::to_string(p.bk);
-  } else if (tensor_cores && wgmma_fits(d)) {
+  } else if (tensor_cores && wgmma_fits(d) && small_tile_warps(d) == 0) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
     if (f32) {  // sm90_f32.cu: TF32 256 columns (128 for small d3), 3xTF32 128
@@ -221,11 +242,17 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     // (8 warps, 128) measured best on H100 at d3 = 512 (bf16 182 TFLOP/s
     // against 147 for 256 columns, which spills, and 145 for 4 warps).
     int bn = d.d3 <= 64 ? 64 : 128;
+    if (const int small = small_tile_warps(d); small > 0) {
+      warps = small;
+      bn = 64;
+    }
     if (const char* env = std::getenv("SOFTMAX_EXT_SMM_TILE")) {  // "warps,bn": benchmarking only
       int w = 0, n = 0;
-      if (std::sscanf(env, "%d,%d", &w, &n) == 2 && (w == 4 || w == 8) && (n == 64 || n == 128 || n == 256)) {
+      if (std::sscanf(env, "%d,%d", &w, &n) == 2 && (w == 1 || w == 2 || w == 4 || w == 8) &&
+          (n == 64 || n == 128 || n == 256)) {
         warps = w;
-        bn = w == 4 ? 128 : (p.math == Math::kExactF32 && n == 256 ? 128 : n);
+        if (w < 4) bn = 64;
+        else bn = w == 4 ? 128 : (p.math == Math::kExactF32 && n == 256 ? 128 : n);
       }
     }
     p.bm = 16 * warps;

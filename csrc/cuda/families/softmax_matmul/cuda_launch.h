@@ -46,7 +46,7 @@ constexpr int rows_columns_per_thread(int rows, int elem_bytes) {
   return (16 / elem_bytes) * rows <= 32 ? 16 / elem_bytes : 32 / rows;
 }
 
-// A CTA of `warps` warps (4 or 8; 16 rows of d1 each) and `bn` (64, 128,
+// A CTA of `warps` warps (1, 2, 4 or 8; 16 rows of d1 each) and `bn` (64, 128,
 // 256) columns of d3. Launch on the current stream.
 void launch_bf16(const Args& a, int warps, int bn);
 void launch_f16(const Args& a, int warps, int bn);

@@ -396,10 +396,14 @@ void launch(const Args& a) {
                                        stream, a, x_vec, v_vec);
 }
 
-// The tiles the plan uses (plan.cpp): (warps, BN) = (4, 128), (8, 64),
-// (8, 128), (8, 256); 3xTF32 not with 256 (its extra accumulator).
+// The tiles the plan uses (plan.cpp): (warps, BN) = (1, 64), (2, 64),
+// (4, 128), (8, 64), (8, 128), (8, 256); 3xTF32 not with 256 (its extra
+// accumulator). (One or two warps with 128 columns spill: the V tile's
+// copies, unrolled over fewer threads.)
 template <typename T, int MODE>
 void launch_tile(const Args& a, int warps, int bn) {
+  if (warps == 1) return launch<T, 64, MODE, 1>(a);
+  if (warps == 2) return launch<T, 64, MODE, 2>(a);
   if (warps == 4) return launch<T, 128, MODE, 4>(a);
   if (bn == 64) return launch<T, 64, MODE, 8>(a);
   if (MODE != kSplit3Mode && bn == 256) return launch<T, (MODE == kSplit3Mode ? 128 : 256), MODE, 8>(a);
