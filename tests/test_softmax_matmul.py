@@ -930,6 +930,9 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
             xm, vm = torch.zeros(many, d1, 256, device="cuda"), torch.zeros(many, 256, 64, device="cuda")
             k = softmax_ext.plan(xm, kind="softmax_matmul", v=vm).kernel
             assert k.startswith("cuda.rows.f32" if rows else "cuda.mma_sync.3xtf32.16x64x32"), (d1, k)
+            # and their backward is the blocked one (the fused one's 128-row tiles)
+            kb = softmax_ext.plan(xm, kind="softmax_matmul", v=vm, backward=True).kernel
+            assert kb.startswith("cuda.blocked_aten.backward"), (d1, kb)
     # the backward of one float32 row is the blocked one (the fused kernel's 128-row tiles), its
     # gradients as close to float64's as autograd's through the naive version
     x1, v1 = randn((2, 1, 512), torch.float32, "cuda", 88, scale=3.0), randn((2, 512, 64), torch.float32, "cuda", 89)
