@@ -86,14 +86,17 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
   // element-wise parts are f32 everywhere.
   const bool mm16 = x.is_cuda() && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
   const auto mm_type = mm16 ? x.scalar_type() : acc;
-  if (d2 <= block && !mm16) {
-    // One block, every matmul in the accumulator type: P again by torch's
-    // softmax kernel, dV = P^T dO, dP = dO V^T, and dX = P * (dP - rowsum(P * dP))
-    // by torch's softmax backward kernel (rowsum(P * dP) = rowsum(dO * out)).
-    const at::Tensor p = at::_softmax(x.to(acc), -1, false);
-    const at::Tensor go = grad_out.to(acc);
+  if (d2 <= block) {
+    // One block: P again by torch's softmax kernel, dV = P^T dO, dP = dO V^T,
+    // and dX = P * (dP - rowsum(P * dP)) by torch's softmax backward kernel
+    // (rowsum(P * dP) = rowsum(dO * out)). Every matmul in the accumulator
+    // type, or (16-bit on CUDA) the kernels autograd runs through
+    // softmax(x) @ v, P in 16 bits as it saves it: the one pass more is P's.
+    const auto t = mm16 ? x.scalar_type() : acc;
+    const at::Tensor p = at::_softmax(x.to(t), -1, false);
+    const at::Tensor go = grad_out.to(t);
     at::Tensor dv1 = at::bmm(p.transpose(1, 2), go).to(v.scalar_type());
-    at::Tensor dx1 = at::_softmax_backward_data(at::bmm(go, v.to(acc).transpose(1, 2)), p, -1, acc);
+    at::Tensor dx1 = at::_softmax_backward_data(at::bmm(go, v.to(t).transpose(1, 2)), p, -1, t);
     return {dx1.to(x.scalar_type()), dv1};
   }
   at::Tensor dx = at::empty(x.sizes(), x.options());

@@ -184,12 +184,12 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   // 3xTF32) were 0.29-0.67x autograd there against the blocked 0.74-0.90x
   // (docs/softmax_matmul.md, "Few rows").
   const bool one_row_f32 = d.dtype == ScalarType::Float && d.d1 == 1;
-  // So does float32 over many batch entries of few rows (those the small
-  // mma.sync tiles take forward): GPU time of forward + backward 0.26-0.75x
-  // naive with the fused one's 128-row tiles, 0.88-1.11x blocked ("Few
+  // So do many batch entries of few rows (those the small mma.sync tiles
+  // take forward): the fused one walks them with 128-row tiles too (float32
+  // forward + backward GPU time 0.26-0.75x naive, blocked 0.88-1.11x; "Few
   // rows, many batch entries").
-  const bool few_rows_f32 = d.dtype == ScalarType::Float && cuda && small_tile_warps(d) > 0;
-  const bool wgmma_backward = cuda && backward && !blocked_bwd && !one_row_f32 && !few_rows_f32 && wgmma_fits(d) &&
+  const bool few_rows = cuda && small_tile_warps(d) > 0;
+  const bool wgmma_backward = cuda && backward && !blocked_bwd && !one_row_f32 && !few_rows && wgmma_fits(d) &&
                               d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
   (void)tensor_cores;
