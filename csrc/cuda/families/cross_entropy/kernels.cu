@@ -466,6 +466,9 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       }
     }
   }
+  // A block whose rows were all ignored still ends after the divisor's
+  // kernel: this kernel's end then orders that one's too.
+  if (scale_pending) cuda::wait_for_prior();
   if constexpr (kCluster) cuda::cluster_exchange_exit(round);
 }
 
