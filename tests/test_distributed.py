@@ -316,8 +316,33 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
                             assert_close_verbose(dx.full_tensor(), _ref_backward(kind, dy, y, dim),
                                                  msg=what + " backward op", **BACKWARD_TOLERANCES[dtype])
 
-        # the per-rank ops on DTensors sharded over the rows
+        # vocab-sized rows sharded over the axis (on the GPU the per-rank
+        # kernels are the long-row ones): against float64 and against the
+        # same op on the whole tensor in one process, forward and backward
         mesh = meshes[0][1]
+        n = 40000 * world + 7 if device == "cuda" else 3000 * world + 7
+        for dtype in (torch.float32, torch.bfloat16):
+            x = make_input((8, n), dtype, "cpu", seed=15).to(device)
+            dy = make_input((8, n), dtype, "cpu", seed=16, scale=1.0).to(device)
+            for kind in KINDS:
+                what = f"vocab rows {kind} (8, {n}) {dtype_id(dtype)}"
+                fn = softmax_ext.softmax if kind == "softmax" else softmax_ext.log_softmax
+                xd = distribute_tensor(x, mesh, [Shard(1)]).requires_grad_()
+                yd = fn(xd, -1)
+                yd.backward(distribute_tensor(dy, mesh, [Shard(1)]))
+                x1 = x.clone().requires_grad_()
+                y1 = fn(x1, -1)
+                y1.backward(dy)
+                y = yd.full_tensor()
+                assert_close_verbose(y, y1.detach(), msg=what + " vs one process", **TOLERANCES[dtype])
+                assert_close_verbose(y, _ref(kind, x, -1), msg=what, **TOLERANCES[dtype])
+                grad = xd.grad.full_tensor()
+                assert_close_verbose(grad, x1.grad, msg=what + " backward vs one process", **BACKWARD_TOLERANCES[dtype])
+                assert_close_verbose(grad, _ref_backward(kind, dy, y, -1), msg=what + " backward",
+                                     **BACKWARD_TOLERANCES[dtype])
+                assert torch.equal(_bits(fn(xd, -1).to_local()), _bits(yd.to_local())), what + " rerun"
+
+        # the per-rank ops on DTensors sharded over the rows
         for shape, dim in [((6, 37), -1), ((5, 10, 4), 1)]:
             x = make_input(shape, torch.float32, "cpu", seed=13).to(device)
             dy = make_input(shape, torch.float32, "cpu", seed=14, scale=1.0).to(device)
