@@ -23,6 +23,18 @@ constexpr int64_t kSmallFusedRow = 128 * 1024;
 
 int64_t row_bytes(const CeProblem& p) { return p.classes * static_cast<int64_t>(c10::elementSize(p.dtype)); }
 
+// Whether a forward sums its rows as the fused forward does: the fused
+// forward itself, and the plain forward of every loss the fused forward
+// could have computed (mean / sum, not float16, rows of at most
+// kMaxFusedRowBytes). A differentiable call takes either by the last
+// backward's incoming gradient; with one geometry (threads, blocks a row,
+// the order each thread folds its loads in) both give the same lse bits,
+// hence the same gradient bits.
+bool fused_geometry(const CeProblem& p) {
+  return p.fused_grad || (p.reduction != Reduction::None && p.dtype != c10::ScalarType::Half &&
+                          row_bytes(p) <= kMaxFusedRowBytes);
+}
+
 const char* reduction_name(Reduction r) {
   return r == Reduction::None ? "none" : r == Reduction::Mean ? "mean" : "sum";
 }
@@ -37,20 +49,19 @@ std::string CeProblem::to_string() const {
 }
 
 // CUDA: a block per row (or two, cuda_row_split); each thread keeps four
-// 16-byte loads in flight, eight in the plain 16-bit forward
-// (cuda/families/cross_entropy/kernels.cu). The forward block ends every row with a block
-// reduction, during which it has no loads in flight: 16-bit forward rows
-// take 128 threads, so more rows (blocks) share an SM and cover each
-// other's reductions; f32 rows up to 128 KB take 256 (as in the fused
-// forward: the two then give the same lse bits), wider rows 512.
-// The backward has no reduction and takes 512. Rows under 4096 classes take
-// 128 threads so a block is not mostly idle. (The measurements behind the
-// choice: docs/cross_entropy.md.)
+// 16-byte loads in flight, eight in the plain 16-bit forward, folded in as
+// two chunks of four (cuda/families/cross_entropy/kernels.cu). The forward
+// block ends every row with a block reduction, during which it has no
+// loads in flight: 16-bit forward rows take 128 threads, so more rows
+// (blocks) share an SM and cover each other's reductions; f32 rows up to
+// 128 KB take 256, wider rows 512. The backward has no reduction and takes
+// 512. Rows under 4096 classes take 128 threads so a block is not mostly
+// idle. (The measurements behind the choice: docs/cross_entropy.md.)
 // SOFTMAX_EXT_CE_THREADS=128|256|512 overrides the choice (A/B runs).
-// The fused forward (forward and gradient in one block per row) takes, for
-// rows up to 128 KB, 128 threads of 16-bit rows (the plain forward's block;
-// rows over 32 KB go to a cluster of two such blocks) and 256 of wider
-// ones, and 512 above.
+// The fused forward (forward and gradient in one block per row), and the
+// plain forward of the losses it could compute (fused_geometry), take for
+// rows up to 128 KB 128 threads of 16-bit rows (rows over 32 KB: a cluster
+// of two such blocks) and 256 of wider ones, and 512 above.
 static int cuda_threads(const CeProblem& p, bool backward) {
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_THREADS")) {
     const int v = std::atoi(env);
@@ -58,8 +69,8 @@ static int cuda_threads(const CeProblem& p, bool backward) {
   }
   if (p.classes < 4096) return 128;
   if (backward) return 512;
-  if (p.fused_grad && row_bytes(p) <= kSmallFusedRow) return c10::elementSize(p.dtype) == 2 ? 128 : 256;
-  if (p.fused_grad) return 512;
+  if (fused_geometry(p) && row_bytes(p) <= kSmallFusedRow) return c10::elementSize(p.dtype) == 2 ? 128 : 256;
+  if (fused_geometry(p)) return 512;
   if (c10::elementSize(p.dtype) == 4 && row_bytes(p) <= kSmallFusedRow) return 256;
   return c10::elementSize(p.dtype) == 2 ? 128 : 512;
 }
@@ -101,7 +112,7 @@ static int cuda_row_split(const CeProblem& p, bool backward) {
     return p.dtype == c10::ScalarType::Double ? 1 : std::clamp(std::atoi(env), 1, most);
   if (backward || most < 2) return 1;
   const int64_t bytes = row_bytes(p);
-  if (p.fused_grad) return bytes > 32 * 1024 && bytes <= kSmallFusedRow ? 2 : 1;
+  if (fused_geometry(p)) return bytes > 32 * 1024 && bytes <= kSmallFusedRow ? 2 : 1;
   return bytes > kSmallFusedRow && p.rows <= int64_t{16} * device.sms ? 2 : 1;
 #else
   (void)backward;

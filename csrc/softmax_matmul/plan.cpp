@@ -121,14 +121,15 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
 // (docs/softmax_matmul.md, "Few rows").
 // SOFTMAX_EXT_SMM_ROWS=n takes it for every dtype up to n rows (0: never;
 // A/B work and tests; read at each call).
-[[maybe_unused]] static bool rows_fit(const Descriptor& d, Math math) {
+// small_warps: small_tile_warps(d).
+[[maybe_unused]] static bool rows_fit(const Descriptor& d, Math math, int small_warps) {
   const bool dtype_ok = d.dtype == c10::ScalarType::Float || d.dtype == c10::ScalarType::Half ||
                         d.dtype == c10::ScalarType::BFloat16;
   if (!dtype_ok) return false;
   if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return d.d1 <= std::atoll(env);
   // (over more than two rows, the small 3xTF32 mma.sync tiles where they fill the GPU)
   return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32)) &&
-         (d.d1 <= 2 || small_tile_warps(d) == 0);
+         (d.d1 <= 2 || small_warps == 0);
 }
 
 // The rows kernel's cut of d2: up to two CTAs of 256 threads per SM, two
@@ -188,7 +189,8 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   // take forward): the fused one walks them with 128-row tiles too (float32
   // forward + backward GPU time 0.26-0.75x naive, blocked 0.88-1.11x; "Few
   // rows, many batch entries").
-  const bool few_rows = cuda && small_tile_warps(d) > 0;
+  const int small_warps = cuda ? small_tile_warps(d) : 0;
+  const bool few_rows = small_warps > 0;
   const bool wgmma_backward = cuda && backward && !blocked_bwd && !one_row_f32 && !few_rows && wgmma_fits(d) &&
                               d.d2 % 8 == 0 && d.d3 % 8 == 0;
 #ifndef SOFTMAX_EXT_WITH_CUDA
@@ -196,7 +198,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
   (void)wgmma_backward;
   if (false) {
 #else
-  if (cuda && !backward && rows_fit(d, p.math)) {
+  if (cuda && !backward && rows_fit(d, p.math, small_warps)) {
     p.kernel = Kernel::kCudaRows;
     if (f32) p.math = Math::kF32;  // float32 FMAs, TF32 or not
     rows_tile(d, &p);
@@ -220,7 +222,7 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     const char* variant = f32 ? (split3 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.backward.") + variant + ".128x" + std::to_string(p.bn) + "x" +
              std::to_string(p.bk);
-  } else if (tensor_cores && wgmma_fits(d) && small_tile_warps(d) == 0) {
+  } else if (tensor_cores && wgmma_fits(d) && small_warps == 0) {
     p.kernel = Kernel::kCudaWgmma;
     p.bm = 128;
     if (f32) {  // sm90_f32.cu: TF32 256 columns (128 for small d3), 3xTF32 128
@@ -247,8 +249,8 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     // (8 warps, 128) measured best on H100 at d3 = 512 (bf16 182 TFLOP/s
     // against 147 for 256 columns, which spills, and 145 for 4 warps).
     int bn = d.d3 <= 64 ? 64 : 128;
-    if (const int small = small_tile_warps(d); small > 0) {
-      warps = small;
+    if (small_warps > 0) {
+      warps = small_warps;
       bn = 64;
     }
     if (const char* env = std::getenv("SOFTMAX_EXT_SMM_TILE")) {  // "warps,bn": benchmarking only

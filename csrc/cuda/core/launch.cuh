@@ -92,11 +92,16 @@ struct ClusterLaunch {
 };
 
 // kernel<<<blocks, threads>>>(args...) on `stream`, launched after its prior
-// (the kernel calls wait_for_prior() before it touches the prior's data);
-// checks the launch.
+// when `after_prior` is set (the kernel calls wait_for_prior() before it
+// touches the prior's data; a plain launch otherwise); checks the launch.
 template <typename... Params, typename... Args>
-void launch_after_prior(void (*kernel)(Params...), unsigned int blocks, int threads, cudaStream_t stream,
-                        Args&&... args) {
+void launch_after_prior(bool after_prior, void (*kernel)(Params...), unsigned int blocks, int threads,
+                        cudaStream_t stream, Args&&... args) {
+  if (!after_prior) {
+    kernel<<<blocks, threads, 0, stream>>>(std::forward<Args>(args)...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
   ClusterLaunch launch(blocks, threads, 1, stream, 0, /*after_prior=*/true);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, std::forward<Args>(args)...));
 }

@@ -1,7 +1,7 @@
 // CUDA kernels of the fused cross-entropy: a block per row of vocabulary
 // size (or a cluster of blocks, below), streaming the row once with 16-byte
 // vector loads (Pack, core/vector_io.cuh), four in flight per thread (eight
-// in the plain forward of 16-bit rows). 16-bit rows are read a 32-bit word
+// in the plain forward of 16-bit rows, folded in four at a time). 16-bit rows are read a 32-bit word
 // at a time (two values an instruction for the max, one widening a value)
 // with an ftz exp2 (FtzExp).
 //
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
         smooth_term(cuda::convert<acc_t>(x[j]), j);
       }
     }
-    // The body: kU packs in flight per thread, folded in as one chunk.
+    // The body: kU packs in flight per thread.
     const T* body = x + r.head;
     for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
       // packs of this chunk in range (every one but in the row's last chunk)
@@ -408,7 +408,13 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
           if (u < live && kk < a.stage_packs) stage[kk] = pk[u].raw[0];
         }
       }
-      on.add(pk, live);
+      // folded in four packs at a time whatever kU is: the plain forward
+      // then sums in the fused one's order (same lse bits, plan.cpp)
+      on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[0]), min(live, kUnroll));
+      if constexpr (kU > kUnroll) {
+        static_assert(kU == 2 * kUnroll);
+        if (live > kUnroll) on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[kUnroll]), live - kUnroll);
+      }
       if constexpr (kSmooth) {
 #pragma unroll
         for (int u = 0; u < kU; ++u)
@@ -663,12 +669,8 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     acc_t* loss_acc = !none && p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr;
     auto* total_weight = static_cast<acc_t*>(b.total_weight);
     const bool mean = p.reduction == Reduction::Mean;
-    if (plan.overlap) {
-      cuda::launch_after_prior(ce_reduce_kernel<T>, 1, 1024, stream, a, loss, loss_acc, total_weight, mean);
-    } else {
-      ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, loss, loss_acc, total_weight, mean);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+    cuda::launch_after_prior(plan.overlap, ce_reduce_kernel<T>, 1, 1024, stream, a, loss, loss_acc, total_weight,
+                             mean);
   });
 }
 

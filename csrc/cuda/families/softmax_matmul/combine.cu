@@ -114,12 +114,8 @@ void launch(const void* part, const float* log_l, const float* mx, void* out, fl
   auto* const o = static_cast<T*>(out);
   const auto* const p = static_cast<const T*>(part);
   const int n = static_cast<int>(parts);
-  if (after_prior) {
-    launch_after_prior(combine_parts_kernel<T>, blocks, kThreads, stream, p, log_l, mx, o, lse, rows, d1, d3, n);
-  } else {
-    combine_parts_kernel<T><<<blocks, kThreads, 0, stream>>>(p, log_l, mx, o, lse, rows, d1, d3, n);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  launch_after_prior(after_prior, combine_parts_kernel<T>, blocks, kThreads, stream, p, log_l, mx, o, lse, rows, d1,
+                     d3, n);
 }
 
 }  // namespace
