@@ -544,15 +544,13 @@ def test_cuda_compile_inductor():
 @requires_cuda
 def test_cuda_plan():
     clusters = torch.cuda.get_device_capability() >= (9, 0)
-    x = torch.randn(4, 16000, device="cuda", dtype=torch.bfloat16)
-    assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.bf16"
-    # a mean's 16-bit rows of 32-128 KB: the fused forward's cluster of two
-    # blocks a row (sm_90), so the plain forward sums the rows alike
+    # (a mean's 16-bit rows of 32-128 KB: one block folds each half of the
+    # row as the fused forward's cluster of two blocks does)
     x = torch.randn(4, 32000, device="cuda", dtype=torch.bfloat16)
-    expected = "cuda.ce_cluster2.bf16" if clusters else "cuda.ce_block_per_row.bf16"
-    assert softmax_ext.plan(x, kind="cross_entropy").kernel == expected
+    assert softmax_ext.plan(x, kind="cross_entropy").kernel == "cuda.ce_block_per_row.bf16"
     # few rows of 16-bit logits over 208 KB: a cluster of two blocks a row (sm_90)
     x = torch.randn(4, 128256, device="cuda", dtype=torch.bfloat16)
+    expected = "cuda.ce_cluster2.bf16" if clusters else "cuda.ce_block_per_row.bf16"
     assert softmax_ext.plan(x, kind="cross_entropy").kernel == expected
     assert softmax_ext.plan(x, kind="cross_entropy", backward=True).kernel == "cuda.ce_block_per_row_backward.bf16"
     x = torch.randn(4, 128256, device="cuda", dtype=torch.float32)

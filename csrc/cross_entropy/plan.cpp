@@ -133,6 +133,11 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     plan.chunk = (problem.classes + plan.row_split - 1) / plan.row_split;
     plan.chunk = (plan.chunk + 7) / 8 * 8;
     plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
+    if (!backward && !problem.fused_grad && fused_geometry(problem) && plan.row_split > 1 &&
+        plan.row_split <= kMaxBlockParts) {
+      plan.block_parts = plan.row_split;
+      plan.row_split = 1;
+    }
     if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem, plan.chunk);
 #ifdef SOFTMAX_EXT_WITH_CUDA
     plan.overlap = !backward && cuda::overlap_launches(cuda::device_facts(problem.device_index).arch);

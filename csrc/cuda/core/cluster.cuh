@@ -170,6 +170,26 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
 #endif
 }
 
+// What cluster_exchange returns to a cluster of `count` (at most kMaxParts)
+// blocks whose partials were `parts`, computed by one block that holds
+// them all: the same fold in the same order, so a block that walks a
+// cluster's parts of a row itself gets the cluster's bits. Every thread
+// passes `parts`; `result` is one shared T.
+template <int kMaxParts, typename T, typename Fold>
+__device__ __forceinline__ T fold_as_cluster(const T (&parts)[kMaxParts], int count, T identity, T* result,
+                                             Fold fold) {
+  if (threadIdx.x < kWarpSize) {
+    T v = identity;
+#pragma unroll
+    for (int i = 0; i < kMaxParts; ++i)
+      if (i < count && static_cast<int>(threadIdx.x) == i) v = parts[i];
+    v = fold(v);
+    if (threadIdx.x == 0) *result = v;
+  }
+  __syncthreads();
+  return *result;
+}
+
 // Every thread, before the block exits, after `rounds` rounds: a block that
 // ran none still owes the wait matching cluster_exchange_init's arrive.
 __device__ __forceinline__ void cluster_exchange_exit(unsigned rounds) {

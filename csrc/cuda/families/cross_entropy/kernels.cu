@@ -147,8 +147,9 @@ struct ForwardArgs {
   const acc_t* total_weight;  // fused mean: the divisor (computed first)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
   int64_t stage_packs;  // fused: packs of each row kept in shared memory
-  int64_t chunk;        // kCluster: the classes of each block of a row's cluster
+  int64_t chunk;        // kCluster / parts > 1: the classes of each block (part) of a row
   int cluster;          // kCluster: blocks a row (the launch's cluster size)
+  int parts;            // not kCluster: pieces of a row folded as a cluster of that many blocks (plan.h)
   acc_t eps, eps_c;
 };
 
@@ -373,69 +374,92 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     const T* x = x_row + c0;
     // The target logit (rank 0's thread 0), loaded first so it lands while the row streams.
     const acc_t xt = threadIdx.x == 0 && rank == 0 ? cuda::convert<acc_t>(x_row[t]) : acc_t(0);
-    const Row<T> r = split_row(x, n);
-    Online<T> on;
-    acc_t sx = 0;
-    auto smooth_term = [&](acc_t v, int64_t j) {
-      if constexpr (kSmooth) sx += weight != nullptr ? weight[j] * v : v;
-    };
-    // Scalar head and tail (fewer than a pack each).
-    {
-      const int64_t tail = n - r.body_end;
-      int64_t j = -1;
-      if (threadIdx.x < r.head) j = threadIdx.x;
-      else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
-      if (j >= 0) {
-        Pack<T, 1> one[1];
-        one[0].v[0] = x[j];
-        on.add(one);
-        smooth_term(cuda::convert<acc_t>(x[j]), j);
-      }
-    }
-    // The body: kU packs in flight per thread.
-    const T* body = x + r.head;
-    for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
-      // packs of this chunk in range (every one but in the row's last chunk)
-      const int live = static_cast<int>(min(int64_t{kU}, (r.packs - k0 + kThreads - 1) / kThreads));
-      Pack<T, P> pk[kU];
-#pragma unroll
-      for (int u = 0; u < kU; ++u)
-        if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
-      if constexpr (kGrad) {  // kept for the gradient pass (each thread its own packs)
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t kk = k0 + int64_t{u} * kThreads;
-          if (u < live && kk < a.stage_packs) stage[kk] = pk[u].raw[0];
+    // The (max, exp-sum) of the classes [xp, xp + np) (and their smoothing
+    // sum into sx_out), reduced over the block. wp: the classes' weights.
+    auto fold_part = [&](const T* xp, int64_t np, const acc_t* wp, acc_t& sx_out) {
+      const Row<T> r = split_row(xp, np);
+      Online<T> on;
+      acc_t sx = 0;
+      auto smooth_term = [&](acc_t v, int64_t j) {
+        if constexpr (kSmooth) sx += wp != nullptr ? wp[j] * v : v;
+      };
+      // Scalar head and tail (fewer than a pack each).
+      {
+        const int64_t tail = np - r.body_end;
+        int64_t j = -1;
+        if (threadIdx.x < r.head) j = threadIdx.x;
+        else if (threadIdx.x >= 32 && threadIdx.x - 32 < tail) j = r.body_end + threadIdx.x - 32;
+        if (j >= 0) {
+          Pack<T, 1> one[1];
+          one[0].v[0] = xp[j];
+          on.add(one);
+          smooth_term(cuda::convert<acc_t>(xp[j]), j);
         }
       }
-      // folded in four packs at a time whatever kU is: the plain forward
-      // then sums in the fused one's order (same lse bits, plan.cpp)
-      on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[0]), min(live, kUnroll));
-      if constexpr (kU > kUnroll) {
-        static_assert(kU == 2 * kUnroll);
-        if (live > kUnroll) on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[kUnroll]), live - kUnroll);
-      }
-      if constexpr (kSmooth) {
+      // The body: kU packs in flight per thread.
+      const T* body = xp + r.head;
+      for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
+        // packs of this chunk in range (every one but in the row's last chunk)
+        const int live = static_cast<int>(min(int64_t{kU}, (r.packs - k0 + kThreads - 1) / kThreads));
+        Pack<T, P> pk[kU];
 #pragma unroll
         for (int u = 0; u < kU; ++u)
-          if (u < live) {
+          if (u < live) pk[u].load(body + (k0 + int64_t{u} * kThreads) * P);
+        if constexpr (kGrad) {  // kept for the gradient pass (each thread its own packs)
 #pragma unroll
-            for (int e = 0; e < P; ++e)
-              smooth_term(pack_value(pk[u], e), r.head + (k0 + int64_t{u} * kThreads) * P + e);
+          for (int u = 0; u < kU; ++u) {
+            const int64_t kk = k0 + int64_t{u} * kThreads;
+            if (u < live && kk < a.stage_packs) stage[kk] = pk[u].raw[0];
           }
+        }
+        // folded in four packs at a time whatever kU is: the plain forward
+        // then sums in the fused one's order (same lse bits, plan.cpp)
+        on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[0]), min(live, kUnroll));
+        if constexpr (kU > kUnroll) {
+          static_assert(kU == 2 * kUnroll);
+          if (live > kUnroll) on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[kUnroll]), live - kUnroll);
+        }
+        if constexpr (kSmooth) {
+#pragma unroll
+          for (int u = 0; u < kU; ++u)
+            if (u < live) {
+#pragma unroll
+              for (int e = 0; e < P; ++e)
+                smooth_term(pack_value(pk[u], e), r.head + (k0 + int64_t{u} * kThreads) * P + e);
+            }
+        }
       }
+      const cuda::MaxSum<acc_t> part = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s},
+                                                              cuda::CombineMaxSum{}, cuda::empty_stats<acc_t>(),
+                                                              scratch_ms);
+      if constexpr (kSmooth) sx_out = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
+      return part;
+    };
+    auto fold_stats = [](cuda::MaxSum<acc_t> part) { return cuda::warp_all_reduce(part, cuda::CombineMaxSum{}); };
+    auto fold_sum = [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); };
+    cuda::MaxSum<acc_t> stats;
+    acc_t sx = 0;
+    if (kCluster || a.parts == 1) {
+      stats = fold_part(x, n, weight, sx);
+    } else {
+      // The row in a.parts pieces of a.chunk classes, folded as the fused
+      // forward's cluster of that many blocks folds them (plan.cpp)
+      cuda::MaxSum<acc_t> parts[kMaxBlockParts];
+      acc_t sxs[kMaxBlockParts] = {};
+#pragma unroll
+      for (int i = 0; i < kMaxBlockParts; ++i) {
+        const int64_t ci = i * a.chunk;
+        if (i < a.parts)
+          parts[i] = fold_part(x_row + ci, max(int64_t{0}, min(a.chunk, a.classes - ci)),
+                               a.weight != nullptr ? a.weight + ci : nullptr, sxs[i]);
+      }
+      stats = cuda::fold_as_cluster(parts, a.parts, cuda::empty_stats<acc_t>(), &combined, fold_stats);
+      if constexpr (kSmooth) sx = cuda::fold_as_cluster(sxs, a.parts, acc_t(0), &combined_s, fold_sum);
     }
-    cuda::MaxSum<acc_t> stats = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
-                                                       cuda::empty_stats<acc_t>(), scratch_ms);
-    if constexpr (kSmooth) sx = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
     if constexpr (kCluster) {
       stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
-                                     [](cuda::MaxSum<acc_t> part) {
-                                       return cuda::warp_all_reduce(part, cuda::CombineMaxSum{});
-                                     });
-      if constexpr (kSmooth)
-        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s,
-                                    [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
+                                     fold_stats);
+      if constexpr (kSmooth) sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s, fold_sum);
       ++round;
     }
     // One lse for the store and the gradient (a second expression could be
@@ -643,6 +667,7 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     const bool forward_after_prior = plan.overlap && a.total_weight != nullptr;
     a.stage_packs = plan.stage_bytes / cuda::kVectorBytes;
     a.cluster = plan.row_split;
+    a.parts = plan.block_parts;
     a.chunk = plan.chunk;
     auto launch = [&](auto kernel, int threads) {
       // Static and dynamic shared memory over 48 KB need the opt-in, set
