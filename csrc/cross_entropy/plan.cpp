@@ -133,8 +133,8 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     plan.chunk = (problem.classes + plan.row_split - 1) / plan.row_split;
     plan.chunk = (plan.chunk + 7) / 8 * 8;
     plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
-    if (!backward && !problem.fused_grad && fused_geometry(problem) && plan.row_split > 1 &&
-        plan.row_split <= kMaxBlockParts) {
+    if (!backward && !problem.fused_grad && fused_geometry(problem) && plan.row_split == kMaxBlockParts &&
+        c10::elementSize(problem.dtype) == 2) {
       plan.block_parts = plan.row_split;
       plan.row_split = 1;
     }

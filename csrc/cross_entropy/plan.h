@@ -62,7 +62,7 @@ constexpr int64_t kMaxStageBytes = 227 * 1024 - 2048;
 constexpr int64_t kMaxFusedRowBytes = 208 * 1024;
 // The most blocks a row is split over (the portable cluster size).
 constexpr int kMaxRowSplit = 8;
-// The most pieces one block folds a row in as a cluster would (block_parts).
+// The pieces one block folds a row in as a cluster would (block_parts).
 constexpr int kMaxBlockParts = 2;
 
 enum class CeFamily : uint8_t {
@@ -81,7 +81,7 @@ struct CePlan {
   // independent blocks); 1: a block a row.
   int row_split = 1;
   int64_t chunk = 0;
-  // CUDA plain forward, 1 or up to kMaxBlockParts: one block a row folds
+  // CUDA plain forward of 16-bit rows, 1 or kMaxBlockParts: one block a row folds
   // the row's `chunk`-class pieces as the fused forward's cluster of that
   // many blocks does (the same lse bits), without the cluster: it keeps
   // eight loads in flight a thread, where the fused forward's cluster

@@ -170,19 +170,19 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
 #endif
 }
 
-// What cluster_exchange returns to a cluster of `count` (at most kMaxParts)
-// blocks whose partials were `parts`, computed by one block that holds
-// them all: the same fold in the same order, so a block that walks a
-// cluster's parts of a row itself gets the cluster's bits. Every thread
-// passes `parts`; `result` is one shared T.
-template <int kMaxParts, typename T, typename Fold>
-__device__ __forceinline__ T fold_as_cluster(const T (&parts)[kMaxParts], int count, T identity, T* result,
-                                             Fold fold) {
+// What cluster_exchange returns to a cluster of kParts blocks whose
+// partials were `parts`, computed by one block that holds them all: the
+// same fold in the same order, so a block that walks a cluster's parts of a
+// row itself gets the cluster's bits. Every thread passes `parts`; `result`
+// is one shared T.
+template <int kParts, typename T, typename Fold>
+__device__ __forceinline__ T fold_as_cluster(const T (&parts)[kParts], T identity, T* result, Fold fold) {
+  static_assert(kParts <= kWarpSize, "one lane a part");
   if (threadIdx.x < kWarpSize) {
     T v = identity;
 #pragma unroll
-    for (int i = 0; i < kMaxParts; ++i)
-      if (i < count && static_cast<int>(threadIdx.x) == i) v = parts[i];
+    for (int i = 0; i < kParts; ++i)
+      if (static_cast<int>(threadIdx.x) == i) v = parts[i];
     v = fold(v);
     if (threadIdx.x == 0) *result = v;
   }

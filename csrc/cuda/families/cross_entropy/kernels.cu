@@ -149,7 +149,6 @@ struct ForwardArgs {
   int64_t stage_packs;  // fused: packs of each row kept in shared memory
   int64_t chunk;        // kCluster / parts > 1: the classes of each block (part) of a row
   int cluster;          // kCluster: blocks a row (the launch's cluster size)
-  int parts;            // not kCluster: pieces of a row folded as a cluster of that many blocks (plan.h)
   acc_t eps, eps_c;
 };
 
@@ -323,8 +322,18 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // row then is a.cluster small units of work instead of one large one: few
 // rows fill every SM evenly, and no block waits alone for a long row in
 // the grid's last wave. Rank 0 writes the row's loss and lse.
-template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster>
-__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12) : 1) ce_forward_kernel(ForwardArgs<T> a) {
+//
+// Launch bounds: the plain forward's block keeps to 64 registers a thread
+// (1024 / kThreads blocks an SM), the occupancy its loads in flight are
+// sized for; clusters as measured (docs/cross_entropy.md).
+//
+// kParts > 1 (the plain forward, not kCluster): one block folds a row as
+// the fused forward's cluster of kParts blocks does (CePlan::block_parts).
+template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster, int kParts = 1>
+__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12)
+                                                     : (!kGrad && !kSmooth && cuda::is_reduced_float_v<T> ? 1024 / kThreads : 1))
+    ce_forward_kernel(ForwardArgs<T> a) {
+  static_assert(kParts == 1 || (!kCluster && !kGrad), "a block folds a row in parts in the plain forward only");
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
@@ -437,24 +446,25 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     };
     auto fold_stats = [](cuda::MaxSum<acc_t> part) { return cuda::warp_all_reduce(part, cuda::CombineMaxSum{}); };
     auto fold_sum = [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); };
+    // This block's classes, or (kParts > 1) the row in kParts pieces of
+    // a.chunk classes, each folded as a block of the fused forward's
+    // cluster of that many blocks folds its own, then combined as that
+    // cluster combines them (plan.h, CePlan::block_parts).
     cuda::MaxSum<acc_t> stats;
     acc_t sx = 0;
-    if (kCluster || a.parts == 1) {
+    if constexpr (kParts == 1) {
       stats = fold_part(x, n, weight, sx);
     } else {
-      // The row in a.parts pieces of a.chunk classes, folded as the fused
-      // forward's cluster of that many blocks folds them (plan.cpp)
-      cuda::MaxSum<acc_t> parts[kMaxBlockParts];
-      acc_t sxs[kMaxBlockParts] = {};
+      cuda::MaxSum<acc_t> part_stats[kParts];
+      acc_t part_sx[kParts] = {};
 #pragma unroll
-      for (int i = 0; i < kMaxBlockParts; ++i) {
+      for (int i = 0; i < kParts; ++i) {
         const int64_t ci = i * a.chunk;
-        if (i < a.parts)
-          parts[i] = fold_part(x_row + ci, max(int64_t{0}, min(a.chunk, a.classes - ci)),
-                               a.weight != nullptr ? a.weight + ci : nullptr, sxs[i]);
+        part_stats[i] = fold_part(x + ci, max(int64_t{0}, min(a.chunk, a.classes - ci)),
+                                  weight != nullptr ? weight + ci : nullptr, part_sx[i]);
       }
-      stats = cuda::fold_as_cluster(parts, a.parts, cuda::empty_stats<acc_t>(), &combined, fold_stats);
-      if constexpr (kSmooth) sx = cuda::fold_as_cluster(sxs, a.parts, acc_t(0), &combined_s, fold_sum);
+      stats = cuda::fold_as_cluster(part_stats, cuda::empty_stats<acc_t>(), &combined, fold_stats);
+      if constexpr (kSmooth) sx = cuda::fold_as_cluster(part_sx, acc_t(0), &combined_s, fold_sum);
     }
     if constexpr (kCluster) {
       stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
@@ -667,7 +677,6 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     const bool forward_after_prior = plan.overlap && a.total_weight != nullptr;
     a.stage_packs = plan.stage_bytes / cuda::kVectorBytes;
     a.cluster = plan.row_split;
-    a.parts = plan.block_parts;
     a.chunk = plan.chunk;
     auto launch = [&](auto kernel, int threads) {
       // Static and dynamic shared memory over 48 KB need the opt-in, set
@@ -683,6 +692,12 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
         constexpr bool kSmooth = decltype(smooth)::value, kGrad = decltype(grad)::value;
         if constexpr (!std::is_same_v<T, double>) {  // clusters of 128-thread blocks (select_ce)
           if (plan.row_split > 1) return launch(ce_forward_kernel<T, 128, kSmooth, kGrad, true>, 128);
+        }
+        if constexpr (cuda::is_reduced_float_v<T> && !kGrad) {  // a row in parts, 128 threads (select_ce)
+          if (plan.block_parts > 1) {
+            TORCH_INTERNAL_ASSERT(plan.block_parts == kMaxBlockParts && plan.threads == 128);
+            return launch(ce_forward_kernel<T, 128, kSmooth, false, false, kMaxBlockParts>, 128);
+          }
         }
         dispatch_threads(plan.threads, [&](auto threads) {
           constexpr int kThreads = decltype(threads)::value;
