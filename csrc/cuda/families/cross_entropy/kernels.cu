@@ -147,7 +147,7 @@ struct ForwardArgs {
   const acc_t* total_weight;  // fused mean: the divisor (computed first)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
   int64_t stage_packs;  // fused: packs of each row kept in shared memory
-  int64_t chunk;        // kCluster / parts > 1: the classes of each block (part) of a row
+  int64_t chunk;        // kCluster: the classes of each block of a row's cluster
   int cluster;          // kCluster: blocks a row (the launch's cluster size)
   acc_t eps, eps_c;
 };
@@ -323,15 +323,10 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // rows fill every SM evenly, and no block waits alone for a long row in
 // the grid's last wave. Rank 0 writes the row's loss and lse.
 //
-// Launch bounds: the plain forward's block keeps to 64 registers a thread
-// (1024 / kThreads blocks an SM), the occupancy its loads in flight are
-// sized for; clusters as measured (docs/cross_entropy.md).
-//
 // kParts > 1 (the plain forward, not kCluster): one block folds a row as
 // the fused forward's cluster of kParts blocks does (CePlan::block_parts).
 template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster, int kParts = 1>
-__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12)
-                                                     : (!kGrad && !kSmooth && cuda::is_reduced_float_v<T> ? 1024 / kThreads : 1))
+__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12) : kParts > 1 ? (kSmooth ? 7 : 8) : 1)
     ce_forward_kernel(ForwardArgs<T> a) {
   static_assert(kParts == 1 || (!kCluster && !kGrad), "a block folds a row in parts in the plain forward only");
   using acc_t = acc_type<T>;
@@ -383,14 +378,22 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     const T* x = x_row + c0;
     // The target logit (rank 0's thread 0), loaded first so it lands while the row streams.
     const acc_t xt = threadIdx.x == 0 && rank == 0 ? cuda::convert<acc_t>(x_row[t]) : acc_t(0);
-    // The (max, exp-sum) of the classes [xp, xp + np) (and their smoothing
-    // sum into sx_out), reduced over the block. wp: the classes' weights.
-    auto fold_part = [&](const T* xp, int64_t np, const acc_t* wp, acc_t& sx_out) {
+    // This block's classes; or (kParts > 1) the row in kParts pieces of
+    // a.chunk classes, each folded as a block of the fused forward's
+    // cluster of kParts blocks folds its own, then combined as that
+    // cluster combines them (CePlan::block_parts): the same bits.
+    cuda::MaxSum<acc_t> part_stats[kParts];
+    acc_t part_sx[kParts] = {};
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      const T* xp = kParts == 1 ? x : x + part * a.chunk;
+      const int64_t np = kParts == 1 ? n : max(int64_t{0}, min(a.chunk, a.classes - part * a.chunk));
+      const acc_t* wp = kParts == 1 || weight == nullptr ? weight : weight + part * a.chunk;
       const Row<T> r = split_row(xp, np);
       Online<T> on;
-      acc_t sx = 0;
+      acc_t sxp = 0;
       auto smooth_term = [&](acc_t v, int64_t j) {
-        if constexpr (kSmooth) sx += wp != nullptr ? wp[j] * v : v;
+        if constexpr (kSmooth) sxp += wp != nullptr ? wp[j] * v : v;
       };
       // Scalar head and tail (fewer than a pack each).
       {
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
           smooth_term(cuda::convert<acc_t>(xp[j]), j);
         }
       }
-      // The body: kU packs in flight per thread.
+      // The body: kU packs in flight per thread, folded in as one chunk.
       const T* body = xp + r.head;
       for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
         // packs of this chunk in range (every one but in the row's last chunk)
@@ -438,38 +441,27 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
             }
         }
       }
-      const cuda::MaxSum<acc_t> part = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s},
-                                                              cuda::CombineMaxSum{}, cuda::empty_stats<acc_t>(),
-                                                              scratch_ms);
-      if constexpr (kSmooth) sx_out = cuda::block_all_reduce(sx, cuda::Sum{}, acc_t(0), scratch_s);
-      return part;
-    };
-    auto fold_stats = [](cuda::MaxSum<acc_t> part) { return cuda::warp_all_reduce(part, cuda::CombineMaxSum{}); };
-    auto fold_sum = [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); };
-    // This block's classes, or (kParts > 1) the row in kParts pieces of
-    // a.chunk classes, each folded as a block of the fused forward's
-    // cluster of that many blocks folds its own, then combined as that
-    // cluster combines them (plan.h, CePlan::block_parts).
-    cuda::MaxSum<acc_t> stats;
-    acc_t sx = 0;
-    if constexpr (kParts == 1) {
-      stats = fold_part(x, n, weight, sx);
-    } else {
-      cuda::MaxSum<acc_t> part_stats[kParts];
-      acc_t part_sx[kParts] = {};
-#pragma unroll
-      for (int i = 0; i < kParts; ++i) {
-        const int64_t ci = i * a.chunk;
-        part_stats[i] = fold_part(x + ci, max(int64_t{0}, min(a.chunk, a.classes - ci)),
-                                  weight != nullptr ? weight + ci : nullptr, part_sx[i]);
-      }
+      part_stats[part] = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
+                                                cuda::empty_stats<acc_t>(), scratch_ms);
+      if constexpr (kSmooth) part_sx[part] = cuda::block_all_reduce(sxp, cuda::Sum{}, acc_t(0), scratch_s);
+    }
+    cuda::MaxSum<acc_t> stats = part_stats[0];
+    acc_t sx = part_sx[0];
+    if constexpr (kParts > 1) {
+      auto fold_stats = [](cuda::MaxSum<acc_t> v) { return cuda::warp_all_reduce(v, cuda::CombineMaxSum{}); };
       stats = cuda::fold_as_cluster(part_stats, cuda::empty_stats<acc_t>(), &combined, fold_stats);
-      if constexpr (kSmooth) sx = cuda::fold_as_cluster(part_sx, acc_t(0), &combined_s, fold_sum);
+      if constexpr (kSmooth)
+        sx = cuda::fold_as_cluster(part_sx, acc_t(0), &combined_s,
+                                   [](acc_t v) { return cuda::warp_all_reduce(v, cuda::Sum{}); });
     }
     if constexpr (kCluster) {
       stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
-                                     fold_stats);
-      if constexpr (kSmooth) sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s, fold_sum);
+                                     [](cuda::MaxSum<acc_t> part) {
+                                       return cuda::warp_all_reduce(part, cuda::CombineMaxSum{});
+                                     });
+      if constexpr (kSmooth)
+        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s,
+                                    [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
       ++round;
     }
     // One lse for the store and the gradient (a second expression could be
