@@ -323,10 +323,17 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // rows fill every SM evenly, and no block waits alone for a long row in
 // the grid's last wave. Rank 0 writes the row's loss and lse.
 //
+// Launch bounds (blocks an SM, the registers they leave a thread): the
+// cluster kernels as measured (docs/cross_entropy.md); the plain forward's
+// 512-thread block of 16-bit or float32 rows two (64 registers), its parts
+// kernel 8 / 7 (64 / 71).
+//
 // kParts > 1 (the plain forward, not kCluster): one block folds a row as
 // the fused forward's cluster of kParts blocks does (CePlan::block_parts).
 template <typename T, int kThreads, bool kSmooth, bool kGrad, bool kCluster, int kParts = 1>
-__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12) : kParts > 1 ? (kSmooth ? 7 : 8) : 1)
+__global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10 : 12)
+                                   : kParts > 1 ? (kSmooth ? 7 : 8)
+                                   : !kGrad && kThreads == 512 && sizeof(T) < 8 ? 2 : 1)
     ce_forward_kernel(ForwardArgs<T> a) {
   static_assert(kParts == 1 || (!kCluster && !kGrad), "a block folds a row in parts in the plain forward only");
   using acc_t = acc_type<T>;
