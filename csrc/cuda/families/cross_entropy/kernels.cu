@@ -1,9 +1,9 @@
 // CUDA kernels of the fused cross-entropy: a block per row of vocabulary
 // size (or a cluster of blocks, below), streaming the row once with 16-byte
 // vector loads (Pack, core/vector_io.cuh), four in flight per thread (eight
-// in the plain forward of 16-bit rows, folded in four at a time). 16-bit rows are read a 32-bit word
-// at a time (two values an instruction for the max, one widening a value)
-// with an ftz exp2 (FtzExp).
+// in the plain forward of 16-bit rows, folded in four at a time). 16-bit
+// rows are read a 32-bit word at a time (two values an instruction for the
+// max, one widening a value) with an ftz exp2 (FtzExp).
 //
 // Forward: an online max / exp-sum per thread (the sum rescaled only when a
 // pack raises the thread's max), then one block reduction of the (max, sum)
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
           smooth_term(cuda::convert<acc_t>(xp[j]), j);
         }
       }
-      // The body: kU packs in flight per thread, folded in as one chunk.
+      // The body: kU packs in flight per thread.
       const T* body = xp + r.head;
       for (int64_t k0 = threadIdx.x; k0 < r.packs; k0 += int64_t{kThreads} * kU) {
         // packs of this chunk in range (every one but in the row's last chunk)
