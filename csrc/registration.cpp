@@ -4,6 +4,7 @@
 // static registrations and which holds the ops' eager entry points
 // (python/fast_calls.cpp).
 
+#include "cross_entropy/plan.h"
 #include "ops/ops.h"
 #include "python/fast_calls.h"
 
@@ -48,9 +49,18 @@ TORCH_LIBRARY(softmax_ext, m) {
 }  // namespace softmax_ext
 
 // Importing softmax_ext._C runs the static registrations above; the module
-// holds the eager entry points.
+// holds the eager entry points, and the one bound the Python side shares
+// with the plans: the longest CUDA rows the fused cross-entropy forward
+// takes (softmax_ext/_cross_entropy.py picks that path by it, select_ce
+// gives the plain forward of the same losses the same row order).
 extern "C" PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1,
                                           softmax_ext::python::methods()};
-  return PyModule_Create(&module_def);
+  PyObject* module = PyModule_Create(&module_def);
+  if (module != nullptr &&
+      PyModule_AddIntConstant(module, "_CE_MAX_FUSED_ROW_BYTES", softmax_ext::ce::kMaxFusedRowBytes) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }

@@ -129,7 +129,7 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_level = torch._C._functorch.peek_interpreter_stack
 
 
-_FUSED_MAX_CUDA_ROW_BYTES = 208 * 1024
+_FUSED_MAX_CUDA_ROW_BYTES = _C._CE_MAX_FUSED_ROW_BYTES  # 208 KB (cross_entropy/plan.h)
 
 
 def _eager_plain(rows, target, weight):

@@ -57,8 +57,8 @@ struct CeProblem {
 // may have on sm_90 (227 KB), less the kernel's static reduction scratch.
 constexpr int64_t kMaxStageBytes = 227 * 1024 - 2048;
 // The longest CUDA rows the fused forward takes (softmax_ext/_cross_entropy.py
-// holds the same bound): past it the gradient pass's second read of the
-// row comes from memory, not L2.
+// reads it as _C._CE_MAX_FUSED_ROW_BYTES): past it the gradient pass's
+// second read of the row comes from memory, not L2.
 constexpr int64_t kMaxFusedRowBytes = 208 * 1024;
 // The most blocks a row is split over (the portable cluster size).
 constexpr int kMaxRowSplit = 8;

@@ -103,7 +103,7 @@ static void cut_d2(const Descriptor& d, const Cut& cut, Plan* p) {
 // threads copying each V tile). 0: neither (docs/softmax_matmul.md, "Few
 // rows, many batch entries"). SOFTMAX_EXT_SMM_SMALL_TILES=0 turns them off
 // (A/B work; read at each call).
-[[maybe_unused]] static int small_tile_warps(const Descriptor& d) {
+static int small_tile_warps(const Descriptor& d) {
   const char* env = std::getenv("SOFTMAX_EXT_SMM_SMALL_TILES");
   if (env != nullptr && env[0] == '0') return 0;
   if (d.d1 > (d.dtype == c10::ScalarType::Float ? 64 : 32)) return 0;
