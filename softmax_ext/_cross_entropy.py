@@ -210,7 +210,8 @@ def _forward_fake(logits, target, weight=None, ignore_index=-100, reduction="mea
     n = logits.shape[0]
     acc = _acc(logits.dtype)
     loss = logits.new_empty((n,) if reduction == "none" else (), dtype=acc if acc_loss else logits.dtype)
-    return loss, logits.new_empty((n,), dtype=acc), logits.new_empty((), dtype=acc)
+    # row_stats: each row's max and log of its sum of exp(x - max)
+    return loss, logits.new_empty((n, 2), dtype=acc), logits.new_empty((), dtype=acc)
 
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_forward_grad")
@@ -220,8 +221,9 @@ def _forward_grad_fake(logits, target, weight=None, ignore_index=-100, reduction
     _fake_check(op, logits, target, weight, reduction)
     if reduction == "none":
         raise ValueError(f"{op}: reduction='none' is not accepted; accepted: 'mean', 'sum'")
-    loss, lse, total = _forward_fake(logits, target, weight, ignore_index, reduction, label_smoothing, False, acc_loss)
-    return loss, lse, total, torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+    loss, stats, total = _forward_fake(logits, target, weight, ignore_index, reduction, label_smoothing, False,
+                                       acc_loss)
+    return loss, stats, total, torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
 
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_grad_scale_")
@@ -230,13 +232,14 @@ def _grad_scale_fake(grad, grad_loss):
 
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_backward")
-def _backward_fake(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction, label_smoothing):
+def _backward_fake(grad_loss, logits, target, weight, row_stats, total_weight, ignore_index, reduction,
+                   label_smoothing):
     _fake_check("softmax_ext._cross_entropy_backward", logits, target, weight, reduction)
     return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
 
 
 @torch.library.register_fake("softmax_ext::_cross_entropy_backward_")
-def _backward_inplace_fake(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
+def _backward_inplace_fake(grad_loss, logits, target, weight, row_stats, total_weight, ignore_index, reduction,
                            label_smoothing):
     _fake_check("softmax_ext._cross_entropy_backward_", logits, target, weight, reduction)
 
@@ -246,23 +249,23 @@ def _backward_inplace_fake(grad_loss, logits, target, weight, lse, total_weight,
 
 def _setup(ctx, inputs, output):
     logits, target, weight, ignore_index, reduction, label_smoothing, inplace, _acc_loss = inputs
-    _loss, lse, total = output
+    _loss, stats, total = output
     ctx.args = (ignore_index, reduction, label_smoothing)
     ctx.inplace = inplace
-    ctx.save_for_backward(logits, target, weight, lse, total)
+    ctx.save_for_backward(logits, target, weight, stats, total)
 
 
-def _backward(ctx, grad_loss, _grad_lse, _grad_total):
+def _backward(ctx, grad_loss, _grad_stats, _grad_total):
     if not ctx.needs_input_grad[0]:
         return (None,) * 8
-    logits, target, weight, lse, total = ctx.saved_tensors
+    logits, target, weight, stats, total = ctx.saved_tensors
     if ctx.inplace:
         # The caller gave the logits up: the gradient is written over them
         # (no (N, C) buffer). Any other user of these logits sees the change.
-        _ops._cross_entropy_backward_.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
+        _ops._cross_entropy_backward_.default(grad_loss, logits, target, weight, stats, total, *ctx.args)
         grad = logits
     else:
-        grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, lse, total, *ctx.args)
+        grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, stats, total, *ctx.args)
     return (grad,) + (None,) * 7
 
 
@@ -289,14 +292,14 @@ class _FusedGrad(torch.autograd.Function):
     """The fused forward under autograd (mean / sum, never in place): the
     gradient written in the forward (grad_loss = 1), scaled in place by the
     backward. A second backward through the same graph (retain_graph=True)
-    takes the registered formula from the saved logits and lse, as the
+    takes the registered formula from the saved logits and row statistics, as the
     gradient buffer was handed out."""
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
         inputs = (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss)
-        loss, lse, total, ctx.grad = _C._cross_entropy_rows(*inputs, 2)
-        _setup(ctx, inputs, (loss, lse, total))
+        loss, stats, total, ctx.grad = _C._cross_entropy_rows(*inputs, 2)
+        _setup(ctx, inputs, (loss, stats, total))
         return loss
 
     @staticmethod

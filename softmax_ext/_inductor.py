@@ -181,10 +181,11 @@ def _cross_entropy_forward(logits, target, weight=None, ignore_index=-100, reduc
                                                False, True)
 
 
-def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight, ignore_index, reduction,
+def _cross_entropy_backward(grad_loss, logits, target, weight, row_stats, total_weight, ignore_index, reduction,
                             label_smoothing):
-    """Given the row log-sum-exp, the gradient is pointwise: s_i * w[t_i] *
-    (exp(x_ic - lse_i) - [c = t_i]), zero rows for ignored targets. Written
+    """Given each row's max m and ls = log sum exp(x - m) (row_stats), the
+    gradient is pointwise: s_i * w[t_i] * (exp((x_ic - m_i) - ls_i) -
+    [c = t_i]), zero rows for ignored targets. Written
     in aten ops, it becomes one Inductor kernel with its neighbours (the
     cast of the gradient back to 16 bits where the logits were an upcast,
     and the tangent of a model output that returns the logits, which
@@ -206,7 +207,8 @@ def _cross_entropy_backward(grad_loss, logits, target, weight, lse, total_weight
     if weight is not None:
         s = s * weight.to(math)[safe]
     s = torch.where(keep, s, torch.zeros_like(s))
-    p = torch.exp(x.to(math) - lse.to(math).unsqueeze(1))
+    stats = row_stats.to(math)
+    p = torch.exp((x.to(math) - stats[:, 0:1]) - stats[:, 1:2])
     true_class = torch.arange(x.shape[1], device=x.device).unsqueeze(0) == safe.unsqueeze(1)
     return ((p - true_class.to(math)) * s.unsqueeze(1)).to(logits.dtype)
 

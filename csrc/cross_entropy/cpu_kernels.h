@@ -6,7 +6,7 @@
 // at::parallel_for over rows, each row read with ATen Vectorized (16-bit
 // logits widened to float in registers, never in memory). Forward: a max pass
 // and an exp-sum pass over the row (the second from cache), writing the row's
-// loss and lse. Backward: one pass writing softmax - smoothed one-hot,
+// loss and statistics (max, log of the exp-sum). Backward: one pass writing softmax - smoothed one-hot,
 // scaled; the true class is fixed up from f32 (f64) values after the vector
 // loop, which also makes the in-place variant (grad over the logits) safe.
 // The mean / sum is a sequential sum of the per-row losses: fixed order,
@@ -90,9 +90,12 @@ acc_t total_weight(const CeProblem& p, const void* target, const acc_t* w) {
   return total;
 }
 
-// Per-row statistics: max, lse, and (for smoothing) sum_c w_c x_c.
+// Per-row statistics (plan.h): the max m, ls = log sum_c exp(x_c - m), and
+// (for smoothing) wd = sum_c w_c (m - x_c), a sum of terms >= 0 (the
+// smoothing loss is W ls + wd: no cancellation at a large m).
 template <typename T>
-void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>& lse, acc_of<T>& wx) {
+void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>& m, acc_of<T>& ls,
+               acc_of<T>& wd) {
   using acc_t = acc_of<T>;
   using Io = VecIo<T>;
   using V = typename Io::V;
@@ -117,48 +120,50 @@ void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>
     max = std::max(max, v);
   }
   if (nan) max = std::numeric_limits<acc_t>::quiet_NaN();
-  // A row of -inf: x - max is NaN, hence a NaN lse, as in torch.
+  // A row of -inf: x - max is NaN, hence a NaN loss, as in torch.
   const V vm(max);
-  V vsum(0), vwx(0);
+  V vsum(0), vwd(0);
   for (int64_t j = 0; j < vec_end; j += Io::kB) {
     V a, b;
     Io::load(x + j, a, b);
     vsum = vsum + vexp(a - vm) + vexp(b - vm);
     if (smooth) {
       if (w != nullptr) {
-        vwx = vwx + a * V::loadu(w + j) + b * V::loadu(w + j + Io::kW);
+        vwd = vwd + (vm - a) * V::loadu(w + j) + (vm - b) * V::loadu(w + j + Io::kW);
       } else {
-        vwx = vwx + a + b;
+        vwd = vwd + (vm - a) + (vm - b);
       }
     }
   }
   acc_t sum = at::vec::vec_reduce_all<acc_t>([](V& p, V& q) { return p + q; }, vsum);
-  acc_t sx = smooth ? at::vec::vec_reduce_all<acc_t>([](V& p, V& q) { return p + q; }, vwx) : acc_t(0);
+  acc_t sd = smooth ? at::vec::vec_reduce_all<acc_t>([](V& p, V& q) { return p + q; }, vwd) : acc_t(0);
   for (int64_t j = vec_end; j < C; ++j) {
     const acc_t v = static_cast<acc_t>(x[j]);
     sum += std::exp(v - max);
-    if (smooth) sx += w != nullptr ? w[j] * v : v;
+    if (smooth) sd += w != nullptr ? w[j] * (max - v) : max - v;
   }
-  lse = max + std::log(sum);
-  wx = sx;
+  m = max;
+  ls = std::log(sum);
+  wd = sd;
 }
 
 // One row of the gradient (plan.h): dx_c = a * p_c - c * w_c - [c == t] * onehot.
 // dx may be x (in place): x[t] is read before the row is written.
+// p_c = exp((x_c - m) - ls) from the row's statistics.
 template <typename T>
 void grad_row(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> a, acc_of<T> c,
-              acc_of<T> onehot, acc_of<T> lse) {
+              acc_of<T> onehot, acc_of<T> m, acc_of<T> ls) {
   using acc_t = acc_of<T>;
   using Io = VecIo<T>;
   using V = typename Io::V;
   const int64_t vec_end = C - C % Io::kB;
   const acc_t xt = static_cast<acc_t>(x[t]);  // read before an in-place write
-  const V va(a), vc(c), vl(lse);
+  const V va(a), vc(c), vm(m), vl(ls);
   for (int64_t j = 0; j < vec_end; j += Io::kB) {
     V u, v;
     Io::load(x + j, u, v);
-    u = va * vexp(u - vl);
-    v = va * vexp(v - vl);
+    u = va * vexp((u - vm) - vl);
+    v = va * vexp((v - vm) - vl);
     if (w != nullptr) {
       u = u - vc * V::loadu(w + j);
       v = v - vc * V::loadu(w + j + Io::kW);
@@ -170,10 +175,10 @@ void grad_row(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_o
   }
   for (int64_t j = vec_end; j < C; ++j) {
     const acc_t v = static_cast<acc_t>(x[j]);
-    dx[j] = static_cast<T>(a * std::exp(v - lse) - c * (w != nullptr ? w[j] : acc_t(1)));
+    dx[j] = static_cast<T>(a * std::exp((v - m) - ls) - c * (w != nullptr ? w[j] : acc_t(1)));
   }
   // The true class from acc values: p_t - 1 keeps its small magnitude.
-  dx[t] = static_cast<T>(a * std::exp(xt - lse) - c * (w != nullptr ? w[t] : acc_t(1)) - onehot);
+  dx[t] = static_cast<T>(a * std::exp((xt - m) - ls) - c * (w != nullptr ? w[t] : acc_t(1)) - onehot);
 }
 
 // The row's gradient coefficients for scale s (grad_loss, over the total
@@ -182,10 +187,10 @@ void grad_row(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_o
 // multiply-adds per call site), so their gradients are the same bits.
 template <typename T>
 [[gnu::noinline]] void grad_row_scaled(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> W, acc_of<T> eps,
-                     acc_of<T> eps_c, acc_of<T> s, acc_of<T> lse) {
+                     acc_of<T> eps_c, acc_of<T> s, acc_of<T> m, acc_of<T> ls) {
   using acc_t = acc_of<T>;
   const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-  grad_row(x, dx, C, t, w, s * ((1 - eps) * wt + eps_c * W), s * eps_c, s * (1 - eps) * wt, lse);
+  grad_row(x, dx, C, t, w, s * ((1 - eps) * wt + eps_c * W), s * eps_c, s * (1 - eps) * wt, m, ls);
 }
 
 template <typename T>
@@ -198,7 +203,7 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const bool smooth = p.smoothing > 0;
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(p.classes);
-  acc_t* lse_out = static_cast<acc_t*>(b.lse);
+  acc_t* stats_out = static_cast<acc_t*>(b.row_stats);
   // Per-row losses: the workspace for mean / sum; for "none" the output,
   // written as T or (acc_loss) as acc_t.
   const bool none = p.reduction == Reduction::None;
@@ -215,27 +220,27 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t t = read_target(p, b.target, r);
-      acc_t loss = 0, lse = 0;
+      acc_t loss = 0, m = 0, ls = 0;
       T* dx = grad != nullptr ? grad + r * p.grad_row_stride : nullptr;
       if (t != p.ignore_index) {
         if (t < 0 || t >= p.classes) {
           if (!bad.exchange(true)) bad_value = t;
-          lse = 0;
         } else {
           const T* x = logits + r * p.row_stride;
-          acc_t wx = 0;
-          row_stats(x, p.classes, w, smooth, lse, wx);
+          acc_t wd = 0;
+          row_stats(x, p.classes, w, smooth, m, ls, wd);
           const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-          loss = (1 - eps) * wt * (lse - static_cast<acc_t>(x[t]));
-          if (smooth) loss += eps_c * (W * lse - wx);
+          loss = (1 - eps) * wt * ((m - static_cast<acc_t>(x[t])) + ls);
+          if (smooth) loss += eps_c * (W * ls + wd);
           if (dx != nullptr) {
-            grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, grad_scale, lse);
+            grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, grad_scale, m, ls);
             dx = nullptr;
           }
         }
       }
       if (dx != nullptr) std::fill(dx, dx + p.classes, T(0));
-      lse_out[r] = lse;
+      stats_out[2 * r] = m;
+      stats_out[2 * r + 1] = ls;
       if (loss_none != nullptr) {
         loss_none[r] = static_cast<T>(loss);
       } else {
@@ -271,7 +276,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   const acc_t W = b.weight_sum != nullptr ? *static_cast<const acc_t*>(b.weight_sum) : acc_t(C);
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(C);
-  const acc_t* lse_in = static_cast<const acc_t*>(b.lse);
+  const acc_t* stats = static_cast<const acc_t*>(b.row_stats);
   const acc_t* g = static_cast<const acc_t*>(b.grad_loss);
   acc_t scalar_scale = p.reduction == Reduction::None ? acc_t(0) : g[0];
   if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
@@ -289,7 +294,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
         continue;
       }
       const acc_t s = p.reduction == Reduction::None ? g[r] : scalar_scale;
-      grad_row_scaled(logits + r * p.row_stride, dx, C, t, w, W, eps, eps_c, s, lse_in[r]);
+      grad_row_scaled(logits + r * p.row_stride, dx, C, t, w, W, eps, eps_c, s, stats[2 * r], stats[2 * r + 1]);
     }
   });
   if (bad) {

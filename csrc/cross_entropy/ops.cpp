@@ -6,19 +6,20 @@
 //
 //   _cross_entropy_forward(logits (N, C), target (N), weight?, ignore_index,
 //       reduction, label_smoothing, inplace_backward, acc_loss)
-//       -> (loss, lse, total_weight)
+//       -> (loss, row_stats, total_weight)
 //     loss: (N) for "none", () otherwise, in the logits' dtype, or with
 //     acc_loss in the accumulation dtype (the float32 value of a 16-bit
-//     model's loss, with no rounding to 16 bits); lse: (N) and
+//     model's loss, with no rounding to 16 bits); row_stats: (N, 2), each
+//     row's max and log of its sum of exp(x - max) (plan.h), and
 //     total_weight: () in float32 (float64 for float64 logits). The
 //     inplace_backward flag only tells the autograd formula which backward
 //     op to call.
-//   _cross_entropy_backward(grad_loss, logits, target, weight?, lse,
+//   _cross_entropy_backward(grad_loss, logits, target, weight?, row_stats,
 //       total_weight, ignore_index, reduction, label_smoothing) -> grad (N, C)
 //   _cross_entropy_backward_(..., Tensor(a!) logits, ...) -> ()  the same,
 //     written over the logits.
 //   _cross_entropy_forward_grad(logits, target, weight?, ignore_index,
-//       reduction, label_smoothing, acc_loss) -> (loss, lse, total_weight, grad)
+//       reduction, label_smoothing, acc_loss) -> (loss, row_stats, total_weight, grad)
 //     the fused forward (mean / sum): the forward's outputs and, in the same
 //     pass, the gradient for grad_loss = 1 (N, C), contiguous.
 //   _cross_entropy_grad_scale_(Tensor(a!) grad, grad_loss) -> ()  its
@@ -130,12 +131,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, cons
   c10::OptionalDeviceGuard guard(x.device());
   const at::TensorOptions loss_options = x.options().dtype(acc_loss ? acc : x.scalar_type());
   at::Tensor loss = reduction == Reduction::None ? at::empty({n}, loss_options) : at::empty({}, loss_options);
-  at::Tensor lse = at::empty({n}, x.options().dtype(acc));
+  at::Tensor row_stats = at::empty({n, 2}, x.options().dtype(acc));
   at::Tensor total = at::empty({}, x.options().dtype(acc));
   if (n == 0) {
     total.zero_();
     if (reduction != Reduction::None) loss.fill_(reduction == Reduction::Mean ? NAN : 0.0);
-    return {loss, lse, total};
+    return {loss, row_stats, total};
   }
   const WeightArgs w = weight_args(weight, acc, smoothing);
   CeProblem problem = make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing, acc_loss);
@@ -151,7 +152,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, cons
   b.weight = w.weight.defined() ? w.weight.const_data_ptr() : nullptr;
   b.weight_sum = w.sum.defined() ? w.sum.const_data_ptr() : nullptr;
   b.loss = loss.mutable_data_ptr();
-  b.lse = lse.mutable_data_ptr();
+  b.row_stats = row_stats.mutable_data_ptr();
   b.total_weight = total.mutable_data_ptr();
   if (grad != nullptr) b.grad = grad->mutable_data_ptr();
   const std::string why = can_implement_ce(plan, b, false);
@@ -159,7 +160,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, cons
   at::Tensor workspace;
   if (plan.workspace_bytes > 0) workspace = at::empty({plan.workspace_bytes}, x.options().dtype(at::kByte));
   run_ce_forward(plan, b, workspace.defined() ? workspace.mutable_data_ptr() : nullptr);
-  return {loss, lse, total};
+  return {loss, row_stats, total};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& logits, const at::Tensor& target,
@@ -174,9 +175,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> forward_grad(
     const at::Tensor& logits, const at::Tensor& target, const std::optional<at::Tensor>& weight,
     int64_t ignore_index, c10::string_view reduction, double smoothing, bool acc_loss) {
   at::Tensor grad = at::empty(logits.sizes(), logits.options());  // contiguous, as the fake kernel
-  auto [loss, lse, total] =
+  auto [loss, row_stats, total] =
       forward_into(kFwdGrad, logits, target, weight, ignore_index, reduction, smoothing, acc_loss, &grad);
-  return {loss, lse, total, grad};
+  return {loss, row_stats, total, grad};
 }
 
 // grad *= grad_loss, in place: the backward of the fused forward. On CUDA
@@ -213,7 +214,7 @@ void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
 // Shared by the out-of-place and in-place backward: `grad` is where the
 // gradient goes (a new contiguous tensor, or the logits themselves).
 void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor& x, const at::Tensor& target_in,
-                   const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                   const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
                    int64_t ignore_index, Reduction reduction, double smoothing, at::Tensor& grad) {
   const int64_t n = x.size(0);
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -226,17 +227,19 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
     TORCH_CHECK_VALUE(grad_loss.numel() == 1, op, ": grad_loss has shape ", grad_loss.sizes(),
                       "; expected one value for reduction='mean' or 'sum'");
   }
-  TORCH_CHECK_VALUE(lse.dim() == 1 && lse.size(0) == n && lse.scalar_type() == acc, op, ": lse has shape ",
-                    lse.sizes(), " and dtype ", lse.scalar_type(), "; expected (", n, ") of ", acc);
+  TORCH_CHECK_VALUE(row_stats.dim() == 2 && row_stats.size(0) == n && row_stats.size(1) == 2 &&
+                        row_stats.scalar_type() == acc,
+                    op, ": row_stats has shape ", row_stats.sizes(), " and dtype ", row_stats.scalar_type(),
+                    "; expected (", n, ", 2) of ", acc);
   TORCH_CHECK_VALUE(total_weight.numel() == 1 && total_weight.scalar_type() == acc, op,
                     ": total_weight must be one value of ", acc);
-  for (const at::Tensor* t : {&grad_loss, &lse, &total_weight})
+  for (const at::Tensor* t : {&grad_loss, &row_stats, &total_weight})
     TORCH_CHECK_VALUE(t->device() == x.device(), op, ": all tensors must be on ", x.device(), ", got one on ",
                       t->device());
   if (n == 0 || x.size(1) == 0) return;
   const at::Tensor target = target_in.contiguous();
   const at::Tensor g = grad_loss.to(acc).contiguous();
-  const at::Tensor lse_c = lse.contiguous();
+  const at::Tensor stats = row_stats.contiguous();
   const WeightArgs w = weight_args(weight, acc, smoothing);
   c10::OptionalDeviceGuard guard(x.device());
   CeProblem problem = make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing);
@@ -247,7 +250,7 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
   b.target = target.const_data_ptr();
   b.weight = w.weight.defined() ? w.weight.const_data_ptr() : nullptr;
   b.weight_sum = w.sum.defined() ? w.sum.const_data_ptr() : nullptr;
-  b.lse = const_cast<void*>(lse_c.const_data_ptr());
+  b.row_stats = const_cast<void*>(stats.const_data_ptr());
   b.total_weight = const_cast<void*>(total_weight.const_data_ptr());
   b.grad_loss = g.const_data_ptr();
   b.grad = grad.mutable_data_ptr();
@@ -258,29 +261,29 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
 }
 
 at::Tensor backward(const at::Tensor& grad_loss, const at::Tensor& logits, const at::Tensor& target,
-                    const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                    const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
                     int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
   const Reduction reduction = parse_reduction(kBwd, reduction_name);
   const at::Tensor x = check_args(kBwd, logits, target, weight, smoothing);
   at::Tensor grad = at::empty(logits.sizes(), logits.options());  // contiguous, as the fake kernel
-  backward_into(kBwd, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+  backward_into(kBwd, grad_loss, x, target, weight, row_stats, total_weight, ignore_index, reduction, smoothing, grad);
   return grad;
 }
 
 void backward_inplace(const at::Tensor& grad_loss, at::Tensor& logits, const at::Tensor& target,
-                      const std::optional<at::Tensor>& weight, const at::Tensor& lse, const at::Tensor& total_weight,
+                      const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
                       int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
   const char* op = "softmax_ext._cross_entropy_backward_";
   const Reduction reduction = parse_reduction(op, reduction_name);
   const at::Tensor x = check_args(op, logits, target, weight, smoothing);
   if (!x.is_same(logits)) {  // logits not of unit class stride: through a copy
     at::Tensor grad = at::empty(logits.sizes(), logits.options());
-    backward_into(op, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+    backward_into(op, grad_loss, x, target, weight, row_stats, total_weight, ignore_index, reduction, smoothing, grad);
     logits.copy_(grad);
     return;
   }
   at::Tensor grad = logits;
-  backward_into(op, grad_loss, x, target, weight, lse, total_weight, ignore_index, reduction, smoothing, grad);
+  backward_into(op, grad_loss, x, target, weight, row_stats, total_weight, ignore_index, reduction, smoothing, grad);
 }
 
 std::tuple<std::string, int64_t, bool, std::string, std::vector<int64_t>> plan_info(const at::Tensor& logits,
@@ -315,18 +318,18 @@ TORCH_LIBRARY_FRAGMENT(softmax_ext, m) {
         tags);
   m.def("_cross_entropy_forward(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
         "str reduction=\"mean\", float label_smoothing=0.0, bool inplace_backward=False, bool acc_loss=False) "
-        "-> (Tensor loss, Tensor lse, Tensor total_weight)",
+        "-> (Tensor loss, Tensor row_stats, Tensor total_weight)",
         tags);
   m.def("_cross_entropy_forward_grad(Tensor logits, Tensor target, Tensor? weight=None, int ignore_index=-100, "
         "str reduction=\"mean\", float label_smoothing=0.0, bool acc_loss=False) "
-        "-> (Tensor loss, Tensor lse, Tensor total_weight, Tensor grad)",
+        "-> (Tensor loss, Tensor row_stats, Tensor total_weight, Tensor grad)",
         tags);
   m.def("_cross_entropy_grad_scale_(Tensor(a!) grad, Tensor grad_loss) -> ()", tags);
-  m.def("_cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, Tensor? weight, Tensor lse, "
+  m.def("_cross_entropy_backward(Tensor grad_loss, Tensor logits, Tensor target, Tensor? weight, Tensor row_stats, "
         "Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> Tensor",
         tags);
   m.def("_cross_entropy_backward_(Tensor grad_loss, Tensor(a!) logits, Tensor target, Tensor? weight, "
-        "Tensor lse, Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> ()",
+        "Tensor row_stats, Tensor total_weight, int ignore_index, str reduction, float label_smoothing) -> ()",
         tags);
   m.def("_plan_cross_entropy(Tensor logits, bool backward) -> (str, int, bool, str, int[])", &plan_info);
 }

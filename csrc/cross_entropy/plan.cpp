@@ -28,7 +28,7 @@ int64_t row_bytes(const CeProblem& p) { return p.classes * static_cast<int64_t>(
 // could have computed (mean / sum, not float16, rows of at most
 // kMaxFusedRowBytes). A differentiable call takes either by the last
 // backward's incoming gradient; with one geometry (threads, blocks a row,
-// the order each thread folds its loads in) both give the same lse bits,
+// the order each thread folds its loads in) both give the same row statistics bits,
 // hence the same gradient bits.
 bool fused_geometry(const CeProblem& p) {
   return p.fused_grad || (p.reduction != Reduction::None && p.dtype != c10::ScalarType::Half &&
@@ -173,10 +173,10 @@ std::string can_implement_ce(const CePlan& plan, const CeBuffers& b, bool backwa
   if (p.has_weight && p.smoothing > 0 && b.weight_sum == nullptr) return "weight sum buffer is missing";
   if (p.row_stride < p.classes && p.rows > 1) return "rows overlap (row stride below the class count)";
   if (backward) {
-    if (b.grad == nullptr || b.grad_loss == nullptr || b.lse == nullptr) return "backward buffers are missing";
+    if (b.grad == nullptr || b.grad_loss == nullptr || b.row_stats == nullptr) return "backward buffers are missing";
     if (p.reduction == Reduction::Mean && b.total_weight == nullptr) return "total_weight buffer is missing";
   } else {
-    if (b.loss == nullptr || b.lse == nullptr || b.total_weight == nullptr) return "forward outputs are missing";
+    if (b.loss == nullptr || b.row_stats == nullptr || b.total_weight == nullptr) return "forward outputs are missing";
     if (p.fused_grad && p.reduction == Reduction::None) return "the fused gradient needs reduction 'mean' or 'sum'";
     if (p.fused_grad && b.grad == nullptr) return "gradient buffer is missing";
   }

@@ -10,12 +10,15 @@
 // before it gets here, so every kernel sees rows x classes with unit class
 // stride and any row stride.
 //
-// Per row i with target t (w = weight or ones, W = sum(w), eps = smoothing):
-//   loss_i = (1 - eps) * w_t * (lse_i - x_t) + eps / C * (W * lse_i - sum_c w_c x_c)
+// Per row i with target t (w = weight or ones, W = sum(w), eps = smoothing),
+// its max m_i and ls_i = log sum_c exp(x_ic - m_i) (the log-sum-exp is
+// m_i + ls_i, never formed: its rounding at a large m_i would enter every
+// term below, where x - m is exact):
+//   loss_i = (1 - eps) * w_t * ((m_i - x_t) + ls_i) + eps / C * sum_c w_c ((m_i - x_ic) + ls_i)
 //   (torch's cross_entropy_loss_label_smoothing; 0 for ignored rows)
 //   dx_ic  = s_i * [(1 - eps) * w_t * (p_ic - [c == t]) + eps / C * (W * p_ic - w_c)]
-//   with p_ic = exp(x_ic - lse_i) and s_i = grad_loss (none: per row; sum:
-//   the scalar; mean: the scalar / total_weight), 0 for ignored rows.
+//   with p_ic = exp((x_ic - m_i) - ls_i) and s_i = grad_loss (none: per row;
+//   sum: the scalar; mean: the scalar / total_weight), 0 for ignored rows.
 #pragma once
 
 #include <c10/core/DeviceType.h>
@@ -83,7 +86,7 @@ struct CePlan {
   int64_t chunk = 0;
   // CUDA plain forward of 16-bit rows, 1 or kMaxBlockParts: one block a row folds
   // the row's `chunk`-class pieces as the fused forward's cluster of that
-  // many blocks does (the same lse bits), without the cluster: it keeps
+  // many blocks does (the same row statistics bits), without the cluster: it keeps
   // eight loads in flight a thread, where the fused forward's cluster
   // blocks, which stage their rows, keep four.
   int block_parts = 1;
@@ -97,9 +100,10 @@ struct CePlan {
 // Raw pointers of one call. Forward: logits, target, weight (acc dtype or
 // null), weight_sum (W, acc dtype, 0-dim, or null when no smoothing with a
 // weight) -> loss (none: N values of the logits' dtype; mean/sum: one),
-// lse (N, acc dtype), total_weight (one, acc dtype).
+// row_stats (N x 2, acc dtype: m_i, ls_i above; 0, 0 for ignored rows),
+// total_weight (one, acc dtype).
 // The fused forward also writes grad. Backward additionally reads grad_loss
-// (acc dtype; N values for none, one otherwise), lse and total_weight, and
+// (acc dtype; N values for none, one otherwise), row_stats and total_weight, and
 // writes grad (row stride as logits;
 // may be the logits themselves).
 struct CeBuffers {
@@ -108,7 +112,7 @@ struct CeBuffers {
   const void* weight = nullptr;
   const void* weight_sum = nullptr;
   void* loss = nullptr;
-  void* lse = nullptr;
+  void* row_stats = nullptr;
   void* total_weight = nullptr;
   const void* grad_loss = nullptr;
   void* grad = nullptr;

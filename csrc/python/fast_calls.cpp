@@ -154,8 +154,8 @@ PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 
 // (logits (N, C), target (N), weight or None, ignore_index, reduction,
 // label_smoothing, inplace_backward, acc_loss, mode) -> mode 0: the loss;
-// 1: the forward's (loss, lse, total_weight); 2: the fused forward's
-// (loss, lse, total_weight, grad). softmax_ext/_cross_entropy.py's
+// 1: the forward's (loss, row_stats, total_weight); 2: the fused forward's
+// (loss, row_stats, total_weight, grad). softmax_ext/_cross_entropy.py's
 // rows_loss and its autograd Functions, for plain tensors in eager mode.
 // The arguments come from that module (validated there), not from users.
 PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {

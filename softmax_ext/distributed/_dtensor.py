@@ -168,8 +168,8 @@ def _softmax_matmul_backward_rule(op: str, grad_output, x, v, output, lse) -> Li
 
 def _cross_entropy_forward_rule(op: str, logits, target, weight, ignore_index, reduction, label_smoothing,
                                 inplace_backward, acc_loss) -> List:
-    """(logits (N, C), target (N), weight (C)?) -> (loss, lse (N), total
-    weight ()): Replicate; or the rows sharded, where a "none" loss is
+    """(logits (N, C), target (N), weight (C)?) -> (loss, row_stats (N, 2),
+    total weight ()): Replicate; or the rows sharded, where a "none" loss is
     sharded like them and a "sum" loss and the total weight are Partial (a
     "mean" loss, a ratio of two sums, takes Replicate). C, the softmax axis,
     is never sharded here."""
@@ -183,9 +183,9 @@ def _cross_entropy_forward_rule(op: str, logits, target, weight, ignore_index, r
     return entries
 
 
-def _cross_entropy_backward_rule(op: str, grad_loss, logits, target, weight, lse, total_weight, ignore_index,
-                                 reduction, label_smoothing) -> List:
-    """Replicate; or the rows sharded (logits, target, lse; grad_loss too for
+def _cross_entropy_backward_rule(op: str, grad_loss, logits, target, weight, row_stats, total_weight,
+                                 ignore_index, reduction, label_smoothing) -> List:
+    """Replicate; or the rows sharded (logits, target, row_stats; grad_loss too for
     "none"), with the total weight replicated: the gradient is sharded like
     the rows."""
     check_placements(op, [logits, target], [1, None])

@@ -8,14 +8,18 @@
 // Forward: an online max / exp-sum per thread (the sum rescaled only when a
 // pack raises the thread's max), then one block reduction of the (max, sum)
 // pairs (core/reduce.cuh: fixed order, no atomics). Thread 0 reads x[target] (an
-// L2 hit: the row was just read) and writes the row's lse (f32; f64 for f64)
-// and loss. mean / sum: the per-row losses go to a workspace and one block
+// L2 hit: the row was just read) and writes the row's loss and statistics,
+// its max m and ls = log sum exp(x - m) (f32; f64 for f64; plan.h), kept
+// apart so that x - m, exact, enters every later term instead of x - lse
+// rounded at lse's magnitude. With label smoothing, float32 rows sum their
+// sum_c w_c x_c in float64 (the smoothing loss W (m + ls) - that sum
+// cancels at a large m). mean / sum: the per-row losses go to a workspace and one block
 // of 1024 threads sums them, and the non-ignored targets' weights, in a fixed
 // order: deterministic, and the divisor never leaves the device (no host
 // synchronisation; CUDA-graph capture works).
 //
 // Backward: one read of the row and one write of the gradient (or over the
-// logits, in place): s * [a * exp(x - lse) - c * w_c] - [c == t] * s * b,
+// logits, in place): s * [a * exp((x - m) - ls) - c * w_c] - [c == t] * s * b,
 // computed in f32 before the one rounding, so the true class's p - 1 keeps
 // its value for confident predictions. Ignored rows are written as zeros
 // without reading the logits.
@@ -75,6 +79,12 @@ struct FtzExp {
 };
 template <typename T>
 using ce_exp_t = std::conditional_t<cuda::is_reduced_float_v<T>, FtzExp, cuda::AccurateExp>;
+
+// The type of the smoothing's sum_c w_c x_c: float64 for float32 rows (the
+// loss takes W m minus it, which cancels at a large m), the accumulator
+// type otherwise (16-bit values carry less than the float32 rounding).
+template <typename T>
+using smooth_sum_t = std::conditional_t<std::is_same_v<T, float>, double, acc_type<T>>;
 
 // Word-wise access to a 16-byte pack of 16-bit values: the NaN-propagating
 // max of two pairs in one instruction, and a value of a pair widened to
@@ -142,7 +152,7 @@ struct ForwardArgs {
   const acc_t* weight_sum;  // W, with smoothing and a weight
   T* loss_none;             // reduction "none"
   acc_t* row_loss;          // mean / sum
-  acc_t* lse;
+  acc_t* row_stats;          // m, ls of each row
   T* grad;                    // fused: the gradient for grad_loss = 1
   const acc_t* total_weight;  // fused mean: the divisor (computed first)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
@@ -242,7 +252,7 @@ __device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
   for (int64_t k = threadIdx.x; k < r.packs; k += threads) z.store(g + r.head + k * P);
 }
 
-// One row of the gradient from its lse: one read of x, one write of g
+// One row of the gradient from its statistics (m, ls): one read of x, one write of g
 // (16-byte packs where the two rows sit alike against 16 bytes), computed
 // in f32 before the one rounding, so the true class's p - 1 keeps its value
 // for confident predictions. g may be x (in place): each element is read
@@ -252,14 +262,14 @@ __device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
 template <typename T, int kThreads, bool kWeighted>
 __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes, int64_t t,
                                                const acc_type<T>* weight, GradCoefficients<acc_type<T>> k,
-                                               acc_type<T> lse, const uint4* stage = nullptr,
+                                               acc_type<T> m, acc_type<T> ls, const uint4* stage = nullptr,
                                                int64_t staged = 0) {
   using acc_t = acc_type<T>;
   using Exp = ce_exp_t<T>;
   constexpr int P = kPack<T>;
   // dx_j without the true class's term, which value() adds
   auto other = [&](acc_t v, int64_t j) {
-    return cuda_fma(k.ca, Exp::exp(v - lse), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
+    return cuda_fma(k.ca, Exp::exp((v - m) - ls), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
   };
   auto value = [&](acc_t v, int64_t j) {
     const acc_t d = other(v, j);
@@ -317,11 +327,11 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
 // kCluster: a cluster of a.cluster blocks takes each row, block r the
 // classes [r * a.chunk, (r + 1) * a.chunk); the blocks exchange their
 // (max, sum) (and the smoothing sum) through distributed shared memory
-// (cuda/core/cluster.cuh, fixed order), so each knows the row's lse and
-// writes its own classes' gradient, staged whole in its shared memory. A
+// (cuda/core/cluster.cuh, fixed order), so each knows the row's statistics
+// and writes its own classes' gradient, staged whole in its shared memory. A
 // row then is a.cluster small units of work instead of one large one: few
 // rows fill every SM evenly, and no block waits alone for a long row in
-// the grid's last wave. Rank 0 writes the row's loss and lse.
+// the grid's last wave. Rank 0 writes the row's loss and statistics.
 //
 // Launch bounds (blocks an SM, the registers they leave a thread): the
 // cluster kernels as measured (docs/cross_entropy.md); the plain forward's
@@ -337,15 +347,16 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     ce_forward_kernel(ForwardArgs<T> a) {
   static_assert(kParts == 1 || (!kCluster && !kGrad), "a block folds a row in parts in the plain forward only");
   using acc_t = acc_type<T>;
+  using sx_t = smooth_sum_t<T>;
   constexpr int P = kPack<T>;
   __shared__ cuda::MaxSum<acc_t> scratch_ms[cuda::kWarpSize];
-  __shared__ acc_t scratch_s[cuda::kWarpSize];
+  __shared__ sx_t scratch_s[cuda::kWarpSize];
   extern __shared__ uint4 stage[];  // kGrad: the row's first a.stage_packs packs
   // kCluster: the exchange of the blocks' partials
   __shared__ cuda::ClusterExchange<cuda::MaxSum<acc_t>> exchange;
-  __shared__ cuda::ClusterExchange<acc_t> exchange_s;
+  __shared__ cuda::ClusterExchange<sx_t> exchange_s;
   __shared__ cuda::MaxSum<acc_t> combined;
-  __shared__ acc_t combined_s;
+  __shared__ sx_t combined_s;
   // 16-byte loads in flight per thread: 8 for the 16-bit rows of the plain
   // forward (its registers hold them), else kUnroll
   constexpr int kU = !kGrad && !kCluster && cuda::is_reduced_float_v<T> ? 8 : kUnroll;
@@ -373,7 +384,8 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     const int64_t t = load_target(a.target64, a.target32, row);
     if (t == a.ignore_index) {
       if (threadIdx.x == 0 && rank == 0) {
-        a.lse[row] = 0;
+        a.row_stats[2 * row] = 0;
+        a.row_stats[2 * row + 1] = 0;
         if (a.loss_none != nullptr) a.loss_none[row] = T(0.0f);
         else a.row_loss[row] = 0;
       }
@@ -390,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     // cluster of kParts blocks folds its own, then combined as that
     // cluster combines them (CePlan::block_parts): the same bits.
     cuda::MaxSum<acc_t> part_stats[kParts];
-    acc_t part_sx[kParts] = {};
+    sx_t part_sx[kParts] = {};
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
       const T* xp = kParts == 1 ? x : x + part * a.chunk;
@@ -398,9 +410,9 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       const acc_t* wp = kParts == 1 || weight == nullptr ? weight : weight + part * a.chunk;
       const Row<T> r = split_row(xp, np);
       Online<T> on;
-      acc_t sxp = 0;
+      sx_t sxp = 0;
       auto smooth_term = [&](acc_t v, int64_t j) {
-        if constexpr (kSmooth) sxp += wp != nullptr ? wp[j] * v : v;
+        if constexpr (kSmooth) sxp += wp != nullptr ? sx_t(wp[j]) * sx_t(v) : sx_t(v);
       };
       // Scalar head and tail (fewer than a pack each).
       {
@@ -432,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
           }
         }
         // folded in four packs at a time whatever kU is: the plain forward
-        // then sums in the fused one's order (same lse bits, plan.cpp)
+        // then sums in the fused one's order (the same statistics bits, plan.cpp)
         on.add(*reinterpret_cast<const Pack<T, P>(*)[kUnroll]>(&pk[0]), min(live, kUnroll));
         if constexpr (kU > kUnroll) {
           static_assert(kU == 2 * kUnroll);
@@ -450,16 +462,16 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       }
       part_stats[part] = cuda::block_all_reduce(cuda::MaxSum<acc_t>{on.m, on.s}, cuda::CombineMaxSum{},
                                                 cuda::empty_stats<acc_t>(), scratch_ms);
-      if constexpr (kSmooth) part_sx[part] = cuda::block_all_reduce(sxp, cuda::Sum{}, acc_t(0), scratch_s);
+      if constexpr (kSmooth) part_sx[part] = cuda::block_all_reduce(sxp, cuda::Sum{}, sx_t(0), scratch_s);
     }
     cuda::MaxSum<acc_t> stats = part_stats[0];
-    acc_t sx = part_sx[0];
+    sx_t sx = part_sx[0];
     if constexpr (kParts > 1) {
       auto fold_stats = [](cuda::MaxSum<acc_t> v) { return cuda::warp_all_reduce(v, cuda::CombineMaxSum{}); };
       stats = cuda::fold_as_cluster(part_stats, cuda::empty_stats<acc_t>(), &combined, fold_stats);
       if constexpr (kSmooth)
-        sx = cuda::fold_as_cluster(part_sx, acc_t(0), &combined_s,
-                                   [](acc_t v) { return cuda::warp_all_reduce(v, cuda::Sum{}); });
+        sx = cuda::fold_as_cluster(part_sx, sx_t(0), &combined_s,
+                                   [](sx_t v) { return cuda::warp_all_reduce(v, cuda::Sum{}); });
     }
     if constexpr (kCluster) {
       stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
@@ -467,21 +479,23 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
                                        return cuda::warp_all_reduce(part, cuda::CombineMaxSum{});
                                      });
       if constexpr (kSmooth)
-        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, acc_t(0), &combined_s,
-                                    [](acc_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
+        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, sx_t(0), &combined_s,
+                                    [](sx_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
       ++round;
     }
-    // One lse for the store and the gradient (a second expression could be
-    // contracted otherwise): the backward op then reads the same value.
-    const acc_t lse = stats.max + cuda::acc_log(stats.sum);
+    // The statistics the store and the gradient use alike: the backward op
+    // reads the same values.
+    const acc_t m = stats.max, ls = cuda::acc_log(stats.sum);
     if (threadIdx.x == 0 && rank == 0) {
       const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
-      acc_t loss = (1 - a.eps) * wt * (lse - xt);
+      acc_t loss = (1 - a.eps) * wt * ((m - xt) + ls);
       if constexpr (kSmooth) {
         const acc_t W = a.weight != nullptr ? *a.weight_sum : static_cast<acc_t>(a.classes);
-        loss += a.eps_c * (W * lse - sx);
+        // sum_c w_c (lse - x_c) = W ls + (W m - sum_c w_c x_c), the latter in sx_t
+        loss += a.eps_c * (W * ls + static_cast<acc_t>(sx_t(W) * sx_t(m) - sx));
       }
-      a.lse[row] = lse;
+      a.row_stats[2 * row] = m;
+      a.row_stats[2 * row + 1] = ls;
       if (a.loss_none != nullptr) a.loss_none[row] = cuda::convert<T>(loss);
       else a.row_loss[row] = loss;
     }
@@ -495,12 +509,12 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       if (a.weight != nullptr) {
         const acc_t W = a.weight_sum != nullptr ? *a.weight_sum : acc_t(0);
         write_grad_row<T, kThreads, true>(x, g, n, t - c0, weight,
-                                          grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), lse,
+                                          grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), m, ls,
                                           stage, a.stage_packs);
       } else {
         write_grad_row<T, kThreads, false>(
             x, g, n, t - c0, weight,
-            grad_coefficients(grad_scale, acc_t(1), static_cast<acc_t>(a.classes), a.eps, a.eps_c), lse, stage,
+            grad_coefficients(grad_scale, acc_t(1), static_cast<acc_t>(a.classes), a.eps, a.eps_c), m, ls, stage,
             a.stage_packs);
       }
     }
@@ -554,7 +568,7 @@ struct BackwardArgs {
   const acc_t* weight;
   const acc_t* weight_sum;
   const acc_t* grad_loss;
-  const acc_t* lse;
+  const acc_t* row_stats;  // m, ls of each row
   const acc_t* total_weight;
   int* grad_one;  // mean / sum: set to whether grad_loss is 1 (grad_one_flag)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
@@ -587,7 +601,8 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
     const acc_t wt = kWeighted ? a.weight[t] : acc_t(1);
     write_grad_row<T, kThreads, kWeighted>(a.logits + row * a.row_stride + c0, g, n, t - c0,
                                            kWeighted ? a.weight + c0 : nullptr,
-                                           grad_coefficients(s, wt, W, a.eps, a.eps_c), a.lse[row]);
+                                           grad_coefficients(s, wt, W, a.eps, a.eps_c), a.row_stats[2 * row],
+                                           a.row_stats[2 * row + 1]);
   }
 }
 
@@ -662,7 +677,7 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     const bool none = p.reduction == Reduction::None;
     a.loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
     a.row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
-    a.lse = static_cast<acc_t*>(b.lse);
+    a.row_stats = static_cast<acc_t*>(b.row_stats);
     a.grad = static_cast<T*>(b.grad);
     a.grad_row_stride = p.grad_row_stride;
     a.total_weight = nullptr;
@@ -723,7 +738,7 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     fill_row_args<T>(a, p, b);
     a.grad = static_cast<T*>(b.grad);
     a.grad_loss = static_cast<const acc_t*>(b.grad_loss);
-    a.lse = static_cast<const acc_t*>(b.lse);
+    a.row_stats = static_cast<const acc_t*>(b.row_stats);
     a.total_weight = static_cast<const acc_t*>(b.total_weight);
     a.grad_row_stride = p.grad_row_stride;
     a.none = p.reduction == Reduction::None;
