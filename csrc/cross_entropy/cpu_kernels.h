@@ -199,7 +199,7 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const CeProblem& p = plan.problem;
   const T* logits = static_cast<const T*>(b.logits);
   const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = b.weight_sum != nullptr ? *static_cast<const acc_t*>(b.weight_sum) : acc_t(p.classes);
+  const acc_t W = b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(p.classes);
   const bool smooth = p.smoothing > 0;
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(p.classes);
@@ -273,7 +273,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   const T* logits = static_cast<const T*>(b.logits);
   T* grad = static_cast<T*>(b.grad);
   const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = b.weight_sum != nullptr ? *static_cast<const acc_t*>(b.weight_sum) : acc_t(C);
+  const acc_t W = b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(C);
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(C);
   const acc_t* stats = static_cast<const acc_t*>(b.row_stats);

@@ -105,14 +105,16 @@ CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_w
 
 struct WeightArgs {
   at::Tensor weight;  // acc dtype, contiguous
-  at::Tensor sum;     // W (only for smoothing with a weight)
+  at::Tensor sum;     // W in float64 (only for smoothing with a weight)
 };
 
 WeightArgs weight_args(const std::optional<at::Tensor>& weight, c10::ScalarType acc, double smoothing) {
   WeightArgs a;
   if (!weight.has_value()) return a;
   a.weight = weight->to(acc).contiguous();
-  if (smoothing > 0) a.sum = a.weight.sum();
+  // float64: the smoothing loss takes W m - sum_c w_c x_c, which cancels at
+  // a large row max m (plan.h); W must be the weights' sum to the last bit
+  if (smoothing > 0) a.sum = a.weight.to(at::kDouble).sum();
   return a;
 }
 

@@ -98,7 +98,7 @@ struct CePlan {
 };
 
 // Raw pointers of one call. Forward: logits, target, weight (acc dtype or
-// null), weight_sum (W, acc dtype, 0-dim, or null when no smoothing with a
+// null), weight_sum (W, float64, 0-dim, or null when no smoothing with a
 // weight) -> loss (none: N values of the logits' dtype; mean/sum: one),
 // row_stats (N x 2, acc dtype: m_i, ls_i above; 0, 0 for ignored rows),
 // total_weight (one, acc dtype).

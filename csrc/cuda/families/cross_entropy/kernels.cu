@@ -149,7 +149,7 @@ struct ForwardArgs {
   const int64_t* target64;
   const int32_t* target32;
   const acc_t* weight;      // null: all ones
-  const acc_t* weight_sum;  // W, with smoothing and a weight
+  const double* weight_sum;  // W, with smoothing and a weight
   T* loss_none;             // reduction "none"
   acc_t* row_loss;          // mean / sum
   acc_t* row_stats;          // m, ls of each row
@@ -490,9 +490,9 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
       acc_t loss = (1 - a.eps) * wt * ((m - xt) + ls);
       if constexpr (kSmooth) {
-        const acc_t W = a.weight != nullptr ? *a.weight_sum : static_cast<acc_t>(a.classes);
+        const sx_t W = a.weight != nullptr ? static_cast<sx_t>(*a.weight_sum) : static_cast<sx_t>(a.classes);
         // sum_c w_c (lse - x_c) = W ls + (W m - sum_c w_c x_c), the latter in sx_t
-        loss += a.eps_c * (W * ls + static_cast<acc_t>(sx_t(W) * sx_t(m) - sx));
+        loss += a.eps_c * (static_cast<acc_t>(W) * ls + static_cast<acc_t>(W * sx_t(m) - sx));
       }
       a.row_stats[2 * row] = m;
       a.row_stats[2 * row + 1] = ls;
@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       }
       T* g = a.grad + row * a.grad_row_stride + c0;
       if (a.weight != nullptr) {
-        const acc_t W = a.weight_sum != nullptr ? *a.weight_sum : acc_t(0);
+        const acc_t W = a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0);
         write_grad_row<T, kThreads, true>(x, g, n, t - c0, weight,
                                           grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), m, ls,
                                           stage, a.stage_packs);
@@ -566,7 +566,7 @@ struct BackwardArgs {
   const int64_t* target64;
   const int32_t* target32;
   const acc_t* weight;
-  const acc_t* weight_sum;
+  const double* weight_sum;
   const acc_t* grad_loss;
   const acc_t* row_stats;  // m, ls of each row
   const acc_t* total_weight;
@@ -584,7 +584,8 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
   acc_t scale = 0;
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
   if (!a.none && a.grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *a.grad_one = a.grad_loss[0] == acc_t(1);
-  const acc_t W = kWeighted ? (a.weight_sum != nullptr ? *a.weight_sum : acc_t(0)) : static_cast<acc_t>(a.classes);
+  const acc_t W = kWeighted ? (a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0))
+                            : static_cast<acc_t>(a.classes);
   // units of work: part p of row i is unit i * parts + p, classes [p * chunk, (p + 1) * chunk)
   for (int64_t unit = blockIdx.x; unit < a.rows * a.parts; unit += gridDim.x) {
     const int64_t row = unit / a.parts;
@@ -653,7 +654,7 @@ void fill_row_args(Args& a, const CeProblem& p, const CeBuffers& b) {
   a.target64 = p.target_dtype == c10::ScalarType::Int ? nullptr : static_cast<const int64_t*>(b.target);
   a.target32 = p.target_dtype == c10::ScalarType::Int ? static_cast<const int32_t*>(b.target) : nullptr;
   a.weight = static_cast<const acc_t*>(b.weight);
-  a.weight_sum = static_cast<const acc_t*>(b.weight_sum);
+  a.weight_sum = static_cast<const double*>(b.weight_sum);
   a.rows = p.rows;
   a.classes = p.classes;
   a.row_stride = p.row_stride;
