@@ -90,30 +90,36 @@ def test_shapes(shape, reduction):
     _check(x, t, w, reduction, 0.1, torch.float32, f"{shape} {reduction}")
 
 
-def test_random_configs_match_torch():
-    """Seeded draws over the whole argument space at once (CPU): (C,),
-    (N, C) and (N, C, d...) logits, C from 1, rows with odd strides, every
-    dtype, a weight or none, ignore_index -100 or a real class, label
-    smoothing, each reduction; loss and gradient against torch in float64."""
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_configs_match_torch(device):
+    """Seeded draws over the whole argument space at once: (C,), (N, C) and
+    (N, C, d...) logits, C from 1 (on CUDA up to vocabulary sizes, every
+    kernel geometry: short rows, 16-bit rows in one block, in parts, in a
+    cluster, wide float32 rows), rows with odd strides, every dtype, a
+    weight or none, ignore_index -100 or a real class, label smoothing,
+    each reduction; loss and gradient against torch in float64."""
     rng = random.Random(5)
+    sizes = [1, 2, 7, 33, 130] + ([1000, 4099, 16000, 32000, 50257, 70000] if device == "cuda" else [])
     for i in range(120):
         dtype = rng.choice(DTYPES)
-        c = rng.choice([1, 2, 7, 33, 130])
-        rank = rng.choice([1, 2, 2, 3, 4])
+        c = rng.choice(sizes)
+        rank = rng.choice([1, 2, 2, 3, 4]) if c <= 1000 else rng.choice([1, 2])
         if rank == 1:
             n, extra = None, ()
         else:
             n, extra = rng.choice([1, 3, 17]), tuple(rng.choice([1, 2, 5]) for _ in range(rank - 2))
         ignore = rng.choice([-100, 0, 1])
-        x, t, w = _inputs(n or 1, c, dtype, "cpu", seed=100 + i, ignore=True, weight=rng.random() < 0.4, extra=extra)
+        x, t, w = _inputs(n or 1, c, dtype, device, seed=100 + i, ignore=True, weight=rng.random() < 0.4,
+                          extra=extra)
         t[t == -100] = ignore
         if n is None:
             x, t = x[0], t[0]
         elif rng.random() < 0.3:  # rows whose classes are not contiguous
             x = x.transpose(0, -1).contiguous().transpose(0, -1)
         reduction = rng.choice(["mean", "sum", "none"])
-        # (one class: the loss is 0; its smoothing term, W·(m + ls) - Σ w·x, a
-        # cancellation whose last-bit residue has no scale to be held to)
+        # (one class: loss and gradient are 0; the gradient's smoothing
+        # terms, (1 - eps) w + eps W / C - eps w / C - (1 - eps) w, cancel to
+        # a last-bit residue that has no scale to be held to)
         smoothing = rng.choice([0.0, 0.1, 0.7]) if c > 1 else 0.0
         _check(x, t, w, reduction, smoothing, dtype,
                f"draw {i}: {dtype} {tuple(x.shape)} {reduction} ls={smoothing} ignore={ignore} weight={w is not None}",

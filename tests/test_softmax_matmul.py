@@ -8,6 +8,8 @@ plan and CUDA-graph capture. TF32 tolerances apply only while TF32 is on.
 """
 
 import contextlib
+import math
+import random
 
 import pytest
 import torch
@@ -949,3 +951,33 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
         assert "wgmma.backward" in softmax_ext.plan(x2, kind="softmax_matmul", v=v1, backward=True).kernel
     monkeypatch.setenv("SOFTMAX_EXT_SMM_ROWS", "16")
     assert kernel(16, torch.float16, False).startswith("cuda.rows.f16.16x")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_draws(device):
+    """Seeded draws over shapes no list names, all at once: batch rank 0-2,
+    d1 / d2 / d3 from 1 to past several tiles (long d2 on CUDA, where the
+    plan cuts it into parts), every dtype, TF32 on and off, scales up to
+    x·10, x or v read through a transposed layout; forward values, and on
+    a third of the draws the x and v gradients, against float64."""
+    rng = random.Random(21)
+    d2s = [1, 3, 64, 100, 257, 1000, 4097] + ([20000] if device == "cuda" else [])
+    for i in range(60 if device == "cuda" else 30):
+        dtype = rng.choice(DTYPES)
+        batch = tuple(rng.choice([1, 2, 5]) for _ in range(rng.choice([0, 1, 1, 2])))
+        d1, d2 = rng.choice([1, 2, 7, 16, 33, 128, 200, 513]), rng.choice(d2s)
+        d3 = rng.choice([1, 5, 8, 32, 64, 100, 256, 520])
+        while max(1, math.prod(batch)) * max(d1 * d2, d2 * d3) > 3_000_000:
+            d1, d3 = max(1, d1 // 2), max(1, d3 // 2)
+        scale = rng.choice([1.0, 3.0, 10.0])
+        x = randn(batch + (d1, d2), dtype, device, seed=700 + i, scale=scale)
+        v = randn(batch + (d2, d3), dtype, device, seed=900 + i)
+        if rng.random() < 0.25:  # x read with a unit stride along d1 instead of d2
+            x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        if rng.random() < 0.25:
+            v = v.transpose(-1, -2).contiguous().transpose(-1, -2)
+        with tf32(rng.random() < 0.5):
+            check(x, v, f"draw {i} (x·{scale})")
+            if i % 3 == 0:
+                go = randn(batch + (d1, d3), dtype, device, seed=1100 + i)
+                _check_grads(x, v, go)
