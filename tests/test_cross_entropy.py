@@ -45,10 +45,14 @@ def _inputs(n, c, dtype, device, seed=0, ignore=False, weight=False, extra=(), s
 
 
 def _reference(x, t, w, reduction, smoothing, ignore_index=-100):
-    """F.cross_entropy in float64 with its gradient (of sum(loss * g))."""
-    x64 = x.detach().to(torch.float64).requires_grad_(True)
-    w64 = w.to(torch.float64) if w is not None else None
-    loss = F.cross_entropy(x64, t, weight=w64, ignore_index=ignore_index, reduction=reduction,
+    """F.cross_entropy in float64 on the CPU with its gradient (of sum(loss *
+    g)). (On the CPU: torch's CUDA kernel gives 0, not NaN, for the "mean"
+    of one (C,) sample whose target is ignored; its CPU kernel, and both
+    for (N, C) logits, give the mean of no targets as NaN, as softmax_ext
+    does on every device.)"""
+    x64 = x.detach().to(torch.float64).cpu().requires_grad_(True)
+    w64 = w.to(torch.float64).cpu() if w is not None else None
+    loss = F.cross_entropy(x64, t.cpu(), weight=w64, ignore_index=ignore_index, reduction=reduction,
                            label_smoothing=smoothing)
     return x64, loss
 
