@@ -143,6 +143,20 @@ __device__ __forceinline__ void cluster_exchange_wait(X& x, const ExchangeRound&
 #endif
 }
 
+// The end of both folds below: the first warp's lanes hold one value each
+// (the parts in order, then the identity), `fold` reduces them with
+// warp_all_reduce, and every thread of the block gets the result through
+// `result` (one shared T).
+template <typename T, typename Fold>
+__device__ __forceinline__ T fold_first_warp(T lane_value, T* result, Fold fold) {
+  if (threadIdx.x < kWarpSize) {
+    const T v = fold(lane_value);
+    if (threadIdx.x == 0) *result = v;
+  }
+  __syncthreads();
+  return *result;
+}
+
 // One value per block: every thread passes the block's partial `value`;
 // every thread gets the fold of all blocks' partials in rank order (`fold`
 // reduces the lanes' values, lanes >= cluster_size holding `identity`, with
@@ -156,15 +170,12 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
   const ExchangeRound r(round);
   cluster_exchange_open(x, r, cluster_size);
   if (threadIdx.x < static_cast<unsigned>(cluster_size)) cluster_exchange_push(x, r, threadIdx.x, 0, value);
+  T v = identity;
   if (threadIdx.x < kWarpSize) {
     cluster_exchange_wait(x, r);
-    const int lane = threadIdx.x;
-    T v = lane < cluster_size ? *x.slot(r.set, lane, 0) : identity;
-    v = fold(v);
-    if (lane == 0) *result = v;
+    if (static_cast<int>(threadIdx.x) < cluster_size) v = *x.slot(r.set, threadIdx.x, 0);
   }
-  __syncthreads();
-  return *result;
+  return fold_first_warp(v, result, fold);
 #else
   return value;
 #endif
@@ -178,16 +189,11 @@ __device__ __forceinline__ T cluster_exchange(ClusterExchange<T>& x, const T& va
 template <int kParts, typename T, typename Fold>
 __device__ __forceinline__ T fold_as_cluster(const T (&parts)[kParts], T identity, T* result, Fold fold) {
   static_assert(kParts <= kWarpSize, "one lane a part");
-  if (threadIdx.x < kWarpSize) {
-    T v = identity;
+  T v = identity;
 #pragma unroll
-    for (int i = 0; i < kParts; ++i)
-      if (static_cast<int>(threadIdx.x) == i) v = parts[i];
-    v = fold(v);
-    if (threadIdx.x == 0) *result = v;
-  }
-  __syncthreads();
-  return *result;
+  for (int i = 0; i < kParts; ++i)
+    if (static_cast<int>(threadIdx.x) == i) v = parts[i];
+  return fold_first_warp(v, result, fold);
 }
 
 // Every thread, before the block exits, after `rounds` rounds: a block that
