@@ -190,9 +190,11 @@ template <int kParts, typename T, typename Fold>
 __device__ __forceinline__ T fold_as_cluster(const T (&parts)[kParts], T identity, T* result, Fold fold) {
   static_assert(kParts <= kWarpSize, "one lane a part");
   T v = identity;
+  if (threadIdx.x < kWarpSize) {
 #pragma unroll
-  for (int i = 0; i < kParts; ++i)
-    if (static_cast<int>(threadIdx.x) == i) v = parts[i];
+    for (int i = 0; i < kParts; ++i)
+      if (static_cast<int>(threadIdx.x) == i) v = parts[i];
+  }
   return fold_first_warp(v, result, fold);
 }
 
