@@ -906,8 +906,9 @@ def test_cuda_rows_kernel_layouts(dtype, monkeypatch):
 
 @requires_cuda
 def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
-    # the plan's default: float32 with TF32 off up to 8 rows (16 where d3 <= 32); 16-bit and TF32
-    # keep the tensor cores
+    # the plan's default: float32 with TF32 off up to 8 rows (16 where d3 <= 32); with TF32 where
+    # d2 fills the kernel's 256-column steps, up to 2 rows (8 where no small tiles fill the GPU);
+    # 16-bit keeps the tensor cores
     monkeypatch.delenv("SOFTMAX_EXT_SMM_ROWS", raising=False)
 
     def kernel(d1, dtype, allow):
@@ -922,16 +923,21 @@ def test_cuda_rows_kernel_chosen_for_few_rows(monkeypatch):
     x16, v32 = torch.zeros(4, 16, 256, device="cuda"), torch.zeros(4, 256, 32, device="cuda")
     with tf32(False):
         assert softmax_ext.plan(x16, kind="softmax_matmul", v=v32).kernel.startswith("cuda.rows.f32.16x")
-    assert not kernel(1, torch.float32, True).startswith("cuda.rows")
+    assert kernel(1, torch.float32, True).startswith("cuda.rows.f32.1x")
+    assert kernel(8, torch.float32, True).startswith("cuda.rows.f32.8x")
+    assert not kernel(9, torch.float32, True).startswith("cuda.rows")
     assert not kernel(1, torch.bfloat16, False).startswith("cuda.rows")
-    # many batch entries of a few rows: the small 3xTF32 mma.sync tiles fill the GPU instead,
-    # but for one or two rows
+    # many batch entries of a few rows: the small mma.sync tiles fill the GPU instead where d2 is
+    # short of a step (or, with TF32, over two rows or 1024 entries)
     many = 6 * torch.cuda.get_device_properties(0).multi_processor_count
-    with tf32(False):
-        for d1, rows in ((2, True), (3, False), (8, False)):
-            xm, vm = torch.zeros(many, d1, 256, device="cuda"), torch.zeros(many, 256, 64, device="cuda")
+    for allow, d1, d2, rows in ((False, 2, 256, True), (False, 8, 256, True), (False, 2, 128, False),
+                                (False, 3, 128, False), (False, 16, 256, False), (True, 2, 256, many <= 1024),
+                                (True, 3, 256, False), (True, 1, 128, False)):
+        xm, vm = torch.zeros(many, d1, d2, device="cuda"), torch.zeros(many, d2, 64, device="cuda")
+        with tf32(allow):
             k = softmax_ext.plan(xm, kind="softmax_matmul", v=vm).kernel
-            assert k.startswith("cuda.rows.f32" if rows else "cuda.mma_sync.3xtf32.16x64x32"), (d1, k)
+            small = "cuda.mma_sync." + ("tf32" if allow else "3xtf32") + ".16x64x32"
+            assert k.startswith("cuda.rows.f32" if rows else small), (allow, d1, d2, k)
             # and their backward is the blocked one (the fused one's 128-row tiles)
             kb = softmax_ext.plan(xm, kind="softmax_matmul", v=vm, backward=True).kernel
             assert kb.startswith("cuda.blocked_aten.backward"), (d1, kb)

@@ -116,9 +116,12 @@ static int small_tile_warps(const Descriptor& d) {
 // float32 accuracy (TF32 off) up to 8 rows of d1, and up to 16 where d3 is
 // at most 32 (a 3xTF32 tensor-core tile of 128 rows and 128 columns then
 // uses 1/32 of itself, three products each), but where the small mma.sync
-// tiles (above) fill the GPU with batch entries of more than two rows;
-// 16-bit and TF32 tiles stay ahead on the tensor cores
-// (docs/softmax_matmul.md, "Few rows").
+// tiles (above) fill the GPU and d2 is shorter than one of the rows
+// kernel's 256-column steps, or d1 is over 8. float32 with TF32 allowed,
+// where d2 fills a step: up to 2 rows of d1 over at most 1024 batch
+// entries, and up to 8 where no small tiles fill the GPU (the TF32 tiles
+// multiply 16 or 128 rows for them). 16-bit tiles stay ahead on the
+// tensor cores (docs/softmax_matmul.md, "Few rows").
 // SOFTMAX_EXT_SMM_ROWS=n takes it for every dtype up to n rows (0: never;
 // A/B work and tests; read at each call).
 // small_warps: small_tile_warps(d).
@@ -127,9 +130,11 @@ static int small_tile_warps(const Descriptor& d) {
                         d.dtype == c10::ScalarType::BFloat16;
   if (!dtype_ok) return false;
   if (const char* env = std::getenv("SOFTMAX_EXT_SMM_ROWS")) return d.d1 <= std::atoll(env);
-  // (over more than two rows, the small 3xTF32 mma.sync tiles where they fill the GPU)
+  constexpr int64_t kStep = 256;  // the rows kernel's columns of d2 a step (rows.cu)
+  if (math == Math::kTF32)
+    return d.d2 >= kStep && ((d.d1 <= 2 && d.batch <= 1024) || (d.d1 <= 8 && small_warps == 0));
   return math == Math::kExactF32 && (d.d1 <= 8 || (d.d1 <= 16 && d.d3 <= 32)) &&
-         (d.d1 <= 2 || small_warps == 0);
+         (small_warps == 0 || (d.d1 <= 8 && d.d2 >= kStep));
 }
 
 // The rows kernel's cut of d2: up to two CTAs of 256 threads per SM, two
