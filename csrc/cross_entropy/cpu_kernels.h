@@ -199,7 +199,8 @@ bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64
   const CeProblem& p = plan.problem;
   const T* logits = static_cast<const T*>(b.logits);
   const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(p.classes);
+  const acc_t W =
+      b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(p.classes);
   const bool smooth = p.smoothing > 0;
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(p.classes);

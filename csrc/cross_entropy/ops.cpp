@@ -216,8 +216,9 @@ void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
 // Shared by the out-of-place and in-place backward: `grad` is where the
 // gradient goes (a new contiguous tensor, or the logits themselves).
 void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor& x, const at::Tensor& target_in,
-                   const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
-                   int64_t ignore_index, Reduction reduction, double smoothing, at::Tensor& grad) {
+                   const std::optional<at::Tensor>& weight, const at::Tensor& row_stats,
+                   const at::Tensor& total_weight, int64_t ignore_index, Reduction reduction, double smoothing,
+                   at::Tensor& grad) {
   const int64_t n = x.size(0);
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(grad_loss.scalar_type()), op, ": grad_loss dtype ",
@@ -263,8 +264,9 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
 }
 
 at::Tensor backward(const at::Tensor& grad_loss, const at::Tensor& logits, const at::Tensor& target,
-                    const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
-                    int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
+                    const std::optional<at::Tensor>& weight, const at::Tensor& row_stats,
+                    const at::Tensor& total_weight, int64_t ignore_index, c10::string_view reduction_name,
+                    double smoothing) {
   const Reduction reduction = parse_reduction(kBwd, reduction_name);
   const at::Tensor x = check_args(kBwd, logits, target, weight, smoothing);
   at::Tensor grad = at::empty(logits.sizes(), logits.options());  // contiguous, as the fake kernel
@@ -273,8 +275,9 @@ at::Tensor backward(const at::Tensor& grad_loss, const at::Tensor& logits, const
 }
 
 void backward_inplace(const at::Tensor& grad_loss, at::Tensor& logits, const at::Tensor& target,
-                      const std::optional<at::Tensor>& weight, const at::Tensor& row_stats, const at::Tensor& total_weight,
-                      int64_t ignore_index, c10::string_view reduction_name, double smoothing) {
+                      const std::optional<at::Tensor>& weight, const at::Tensor& row_stats,
+                      const at::Tensor& total_weight, int64_t ignore_index, c10::string_view reduction_name,
+                      double smoothing) {
   const char* op = "softmax_ext._cross_entropy_backward_";
   const Reduction reduction = parse_reduction(op, reduction_name);
   const at::Tensor x = check_args(op, logits, target, weight, smoothing);
