@@ -193,14 +193,19 @@ template <typename T>
   grad_row(x, dx, C, t, w, s * ((1 - eps) * wt + eps_c * W), s * eps_c, s * (1 - eps) * wt, m, ls);
 }
 
+// W, the weights' sum (given in float64 with smoothing and a weight), or C.
+template <typename acc_t>
+acc_t weight_sum(const CeBuffers& b, int64_t classes) {
+  return b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(classes);
+}
+
 template <typename T>
 bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
   using acc_t = acc_of<T>;
   const CeProblem& p = plan.problem;
   const T* logits = static_cast<const T*>(b.logits);
   const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W =
-      b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(p.classes);
+  const acc_t W = weight_sum<acc_t>(b, p.classes);
   const bool smooth = p.smoothing > 0;
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(p.classes);
@@ -274,7 +279,7 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   const T* logits = static_cast<const T*>(b.logits);
   T* grad = static_cast<T*>(b.grad);
   const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(C);
+  const acc_t W = weight_sum<acc_t>(b, C);
   const acc_t eps = static_cast<acc_t>(p.smoothing);
   const acc_t eps_c = eps / static_cast<acc_t>(C);
   const acc_t* stats = static_cast<const acc_t*>(b.row_stats);

@@ -13,10 +13,10 @@
 // apart so that x - m, exact, enters every later term instead of x - lse
 // rounded at lse's magnitude. With label smoothing, float32 rows sum their
 // sum_c w_c x_c in float64 (the smoothing loss W (m + ls) - that sum
-// cancels at a large m). mean / sum: the per-row losses go to a workspace and one block
-// of 1024 threads sums them, and the non-ignored targets' weights, in a fixed
-// order: deterministic, and the divisor never leaves the device (no host
-// synchronisation; CUDA-graph capture works).
+// cancels at a large m). mean / sum: the per-row losses go to a workspace
+// and one block of 1024 threads sums them, and the non-ignored targets'
+// weights, in a fixed order: deterministic, and the divisor never leaves
+// the device (no host synchronisation; CUDA-graph capture works).
 //
 // Backward: one read of the row and one write of the gradient (or over the
 // logits, in place): s * [a * exp((x - m) - ls) - c * w_c] - [c == t] * s * b,
@@ -148,11 +148,11 @@ struct ForwardArgs {
   const T* logits;
   const int64_t* target64;
   const int32_t* target32;
-  const acc_t* weight;      // null: all ones
-  const double* weight_sum;  // W, with smoothing and a weight
-  T* loss_none;             // reduction "none"
-  acc_t* row_loss;          // mean / sum
-  acc_t* row_stats;          // m, ls of each row
+  const acc_t* weight;        // null: all ones
+  const double* weight_sum;   // W, with smoothing and a weight
+  T* loss_none;               // reduction "none"
+  acc_t* row_loss;            // mean / sum
+  acc_t* row_stats;           // m, ls of each row
   T* grad;                    // fused: the gradient for grad_loss = 1
   const acc_t* total_weight;  // fused mean: the divisor (computed first)
   int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
@@ -464,23 +464,20 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
                                                 cuda::empty_stats<acc_t>(), scratch_ms);
       if constexpr (kSmooth) part_sx[part] = cuda::block_all_reduce(sxp, cuda::Sum{}, sx_t(0), scratch_s);
     }
+    // The partials of the blocks (or pieces) of a row, folded by lane.
+    auto fold_stats = [](cuda::MaxSum<acc_t> v) { return cuda::warp_all_reduce(v, cuda::CombineMaxSum{}); };
+    auto fold_sum = [](sx_t v) { return cuda::warp_all_reduce(v, cuda::Sum{}); };
     cuda::MaxSum<acc_t> stats = part_stats[0];
     sx_t sx = part_sx[0];
     if constexpr (kParts > 1) {
-      auto fold_stats = [](cuda::MaxSum<acc_t> v) { return cuda::warp_all_reduce(v, cuda::CombineMaxSum{}); };
       stats = cuda::fold_as_cluster(part_stats, cuda::empty_stats<acc_t>(), &combined, fold_stats);
-      if constexpr (kSmooth)
-        sx = cuda::fold_as_cluster(part_sx, sx_t(0), &combined_s,
-                                   [](sx_t v) { return cuda::warp_all_reduce(v, cuda::Sum{}); });
+      if constexpr (kSmooth) sx = cuda::fold_as_cluster(part_sx, sx_t(0), &combined_s, fold_sum);
     }
     if constexpr (kCluster) {
       stats = cuda::cluster_exchange(exchange, stats, cluster, round, cuda::empty_stats<acc_t>(), &combined,
-                                     [](cuda::MaxSum<acc_t> part) {
-                                       return cuda::warp_all_reduce(part, cuda::CombineMaxSum{});
-                                     });
+                                     fold_stats);
       if constexpr (kSmooth)
-        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, sx_t(0), &combined_s,
-                                    [](sx_t part) { return cuda::warp_all_reduce(part, cuda::Sum{}); });
+        sx = cuda::cluster_exchange(exchange_s, sx, cluster, round, sx_t(0), &combined_s, fold_sum);
       ++round;
     }
     // The statistics the store and the gradient use alike: the backward op
