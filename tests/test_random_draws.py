@@ -7,9 +7,9 @@ case apart; these cover their combinations, shapes no list names."""
 
 import random
 
+import pytest
 import torch
 
-import pytest
 from conftest import (
     BACKWARD_OPS,
     DEVICES,
