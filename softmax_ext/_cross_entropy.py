@@ -115,6 +115,8 @@ def _cross_entropy(
         rows, tgt = logits.unsqueeze(0), target.reshape(1)
     elif logits.dim() == 2:
         rows, tgt = logits, target
+    elif plain and logits.is_cuda:  # (N, C, d...) as (N, C, D): the kernels choose the layout or rows (ops.cpp)
+        rows, tgt = logits.reshape(logits.shape[0], classes, -1), target.reshape(target.shape[0], -1)
     else:  # (N, C, d...): the class axis last, then rows of C
         rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)
         inplace_backward = False  # the rows are a copy; nothing to save
@@ -152,7 +154,7 @@ def _fuses(rows, reduction, inplace_backward):
         reduction != "none"
         and not inplace_backward
         and rows.dtype != torch.float16
-        and (not rows.is_cuda or rows.shape[-1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
+        and (not rows.is_cuda or rows.shape[1] * rows.element_size() <= _FUSED_MAX_CUDA_ROW_BYTES)
         and _C._cross_entropy_grad_was_one(rows.is_cuda)
     )
 
@@ -191,11 +193,11 @@ torch.library.impl("softmax_ext::cross_entropy", "CompositeImplicitAutograd")(_c
 def _fake_check(op, logits, target, weight, reduction):
     if logits.dtype not in _SUPPORTED:
         raise NotImplementedError(f"{op}: logits dtype {logits.dtype} is not supported; {_ACCEPTED}")
-    if logits.dim() != 2:
-        raise ValueError(f"{op}: logits must be (N, C) here, got shape {tuple(logits.shape)}")
+    if logits.dim() not in (2, 3):
+        raise ValueError(f"{op}: logits must be (N, C) or (N, C, D) here, got shape {tuple(logits.shape)}")
     if target.dtype not in (torch.int64, torch.int32):
         raise NotImplementedError(f"{op}: target dtype {target.dtype} is not supported; accepted: int64, int32")
-    if target.dim() != 1 or target.shape[0] != logits.shape[0]:
+    if tuple(target.shape) != (logits.shape[0],) + tuple(logits.shape[2:]):
         raise ValueError(f"{op}: target has shape {tuple(target.shape)} but logits have shape {tuple(logits.shape)}")
     if weight is not None and (weight.dim() != 1 or weight.shape[0] != logits.shape[1]):
         raise ValueError(f"{op}: weight has shape {tuple(weight.shape)}; expected ({logits.shape[1]},)")
@@ -207,7 +209,7 @@ def _fake_check(op, logits, target, weight, reduction):
 def _forward_fake(logits, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                   inplace_backward=False, acc_loss=False):
     _fake_check("softmax_ext._cross_entropy_forward", logits, target, weight, reduction)
-    n = logits.shape[0]
+    n = target.numel()  # rows: N, or the N * D positions of (N, C, D) logits
     acc = _acc(logits.dtype)
     loss = logits.new_empty((n,) if reduction == "none" else (), dtype=acc if acc_loss else logits.dtype)
     # row_stats: each row's max and log of its sum of exp(x - max)

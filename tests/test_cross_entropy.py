@@ -19,6 +19,7 @@ from softmax_ext import _C
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 # Loss and gradient tolerances (relative to the largest reference value):
 # one rounding to the dtype plus float32 accumulation.
+TAGS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64"}
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-10}
 CONFIGS = {
     "plain": dict(),
@@ -57,24 +58,26 @@ def _reference(x, t, w, reduction, smoothing, ignore_index=-100):
     return x64, loss
 
 
-def _assert_close(got, ref, dtype, what):
+def _assert_close(got, ref, dtype, what, floor=0.0):
     assert got.dtype == dtype, f"{what}: dtype {got.dtype}, expected {dtype}"
     got64, ref64 = got.detach().to(torch.float64).cpu(), ref.detach().to(torch.float64).cpu()
     assert got64.shape == ref64.shape, f"{what}: shape {tuple(got64.shape)} vs {tuple(ref64.shape)}"
     scale = ref64.nan_to_num().abs().max().item() if ref64.numel() else 1.0
-    torch.testing.assert_close(got64, ref64, rtol=TOL[dtype], atol=TOL[dtype] * max(scale, 1e-30) + 1e-30,
+    torch.testing.assert_close(got64, ref64, rtol=TOL[dtype], atol=TOL[dtype] * max(scale, 1e-30) + 1e-30 + floor,
                                equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
-def _check(x, t, w, reduction, smoothing, dtype, what, ignore_index=-100):
+def _check(x, t, w, reduction, smoothing, dtype, what, ignore_index=-100, floor=0.0):
+    """softmax_ext against F.cross_entropy in float64, loss and gradient
+    (floor: an absolute tolerance for references that are exactly zero)."""
     x_ours = x.detach().clone().requires_grad_(True)
     loss = softmax_ext.cross_entropy(x_ours, t, w, ignore_index, reduction, smoothing)
     x64, ref = _reference(x, t, w, reduction, smoothing, ignore_index)
-    _assert_close(loss, ref, dtype, f"{what} loss")
+    _assert_close(loss, ref, dtype, f"{what} loss", floor)
     g = torch.randn(ref.shape, generator=_gen(7), dtype=torch.float64).to(ref.device)
     ref.backward(g)
     loss.backward(g.to(loss.device, loss.dtype))
-    _assert_close(x_ours.grad, x64.grad, dtype, f"{what} grad")
+    _assert_close(x_ours.grad, x64.grad, dtype, f"{what} grad", floor)
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
@@ -523,6 +526,126 @@ def test_cuda_vocab_rows(dtype, classes):
     x, t, w = _inputs(24, classes, dtype, "cuda", seed=20, ignore=True, weight=True)
     for reduction, weight, smoothing in (("mean", None, 0.0), ("none", w, 0.1), ("sum", None, 0.2)):
         _check(x, t, weight, reduction, smoothing, dtype, f"cuda {dtype} C={classes} {reduction}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_short_rows(dtype):
+    """Rows of a few classes take the lanes kernels (a few lanes of a warp a
+    row): every lane count, class counts around each lane boundary, every
+    reduction and configuration, rows off any alignment; the fused forward,
+    the plain forward + backward op and a no_grad call give the same bits."""
+    for classes, lanes in ((1, 1), (2, 1), (8, 1), (9, 2), (21, 4), (64, 8), (65, 16), (255, 32), (1000, 32)):
+        if classes * torch.empty((), dtype=dtype).element_size() > 4096:
+            continue
+        plan = softmax_ext.plan(torch.empty(5, classes, device="cuda", dtype=dtype), kind="cross_entropy")
+        assert plan.kernel == f"cuda.ce_lanes{lanes}.{TAGS[dtype]}", plan.kernel
+        for i, (reduction, config) in enumerate((("mean", "all"), ("sum", "plain"), ("none", "weight"),
+                                                 ("mean", "smooth"))):
+            cfg = CONFIGS[config]
+            x, t, w = _inputs(70, classes + 1, dtype, "cuda", seed=30 + i, ignore=cfg.get("ignore", False),
+                              weight=cfg.get("weight", False))
+            x, t = x[:, 1:], t.clamp(max=classes - 1)  # rows off 16-byte boundaries, a row stride of C + 1
+            w = w[1:] if w is not None else None
+            smoothing = cfg.get("label_smoothing", 0.0)
+            # one class: loss and gradient are 0, ours to the rounding of their terms
+            floor = torch.finfo(dtype).eps if classes == 1 else 0.0
+            _check(x, t, w, reduction, smoothing, dtype, f"C={classes} {reduction} {config}", floor=floor)
+            if reduction != "none":
+                args = (x, t, w, -100, reduction, smoothing)
+                loss, stats, total, grad = torch.ops.softmax_ext._cross_entropy_forward_grad.default(*args)
+                ploss, pstats, _ = torch.ops.softmax_ext._cross_entropy_forward.default(*args)
+                assert torch.equal(stats, pstats) and torch.equal(loss, ploss), f"C={classes} {config}"
+                two_op = _two_op_grad(x, t, w, reduction, smoothing, torch.ones((), dtype=dtype, device="cuda"))
+                assert torch.equal(grad, two_op), f"C={classes} {config}: gradient"
+
+
+@requires_cuda
+@pytest.mark.parametrize("lanes", [0, 1, 2, 4, 8, 16, 32])
+def test_cuda_short_rows_any_lanes(lanes, monkeypatch):
+    """SOFTMAX_EXT_CE_LANES forces the lanes a row (0: a block a row): every
+    count gives the right loss and gradient on rows of 37 and 300 classes,
+    many rows (the grid-stride loop, rows past the last whole warp)."""
+    monkeypatch.setenv("SOFTMAX_EXT_CE_LANES", str(lanes))
+    for i, (n, classes, dtype) in enumerate(((4099, 37, torch.float32), (333, 300, torch.bfloat16))):
+        x, t, w = _inputs(n, classes, dtype, "cuda", seed=50 + i, ignore=True, weight=True)
+        for reduction, smoothing in (("mean", 0.1), ("none", 0.0)):
+            _check(x, t, w, reduction, smoothing, dtype, f"lanes {lanes} C={classes} {reduction}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_take_the_positions_layout(device):
+    """The helper ops take (N, C, D) logits with (N, D) targets as they
+    take rows of C classes (the positions in order): the same loss, row
+    statistics and gradients, out of place, fused and in place."""
+    ops = torch.ops.softmax_ext
+    x, t, w = _inputs(4, 7, torch.float32, device, seed=41, ignore=True, weight=True, extra=(5,))
+    rows, trows = x.movedim(1, -1).reshape(-1, 7), t.reshape(-1)
+    for reduction, smoothing in (("mean", 0.1), ("sum", 0.0), ("none", 0.2)):
+        args = (w, -100, reduction, smoothing)
+        loss, stats, total = ops._cross_entropy_forward(x, t, *args)
+        rloss, rstats, rtotal = ops._cross_entropy_forward(rows, trows, *args)
+        torch.testing.assert_close(loss, rloss)
+        torch.testing.assert_close(stats, rstats)
+        g = torch.rand(rloss.shape, device=device) + 0.5
+        grad = ops._cross_entropy_backward(g, x, t, w, stats, total, -100, reduction, smoothing)
+        rgrad = ops._cross_entropy_backward(g, rows, trows, w, rstats, rtotal, -100, reduction, smoothing)
+        assert grad.shape == x.shape and grad.is_contiguous()
+        torch.testing.assert_close(grad, rgrad.view(4, 5, 7).permute(0, 2, 1))
+        inplace = x.clone()
+        ops._cross_entropy_backward_(g, inplace, t, w, stats, total, -100, reduction, smoothing)
+        torch.testing.assert_close(inplace, grad)
+        if reduction != "none":
+            floss, _, _, fgrad = ops._cross_entropy_forward_grad(x, t, *args)
+            torch.testing.assert_close(floss, loss)
+            torch.testing.assert_close(fgrad, ops._cross_entropy_backward(torch.ones((), device=device), x, t, w,
+                                                                          stats, total, -100, reduction, smoothing))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cuda_positions_layout(dtype, monkeypatch):
+    """(N, C, d...) logits (segmentation maps) read as they are, a thread a
+    position, no copy to rows: every reduction and configuration, a class
+    axis sliced out of a wider tensor, in place; the same bits from the
+    fused forward and the two ops. SOFTMAX_EXT_CE_LAYOUT=1 forces the
+    layout on small maps; a map of 65536 positions takes it by itself."""
+    big = torch.empty(1, 21, 256, 256, device="cuda", dtype=dtype)
+    assert softmax_ext.plan(big, kind="cross_entropy").kernel == f"cuda.ce_lanes1.{TAGS[dtype]}"
+    assert softmax_ext.plan(big[..., :8, :8], kind="cross_entropy").kernel != f"cuda.ce_lanes1.{TAGS[dtype]}"
+    monkeypatch.setenv("SOFTMAX_EXT_CE_LAYOUT", "1")
+    for i, (reduction, config) in enumerate((("mean", "all"), ("sum", "plain"), ("none", "weight"),
+                                             ("mean", "smooth"))):
+        cfg = CONFIGS[config]
+        smoothing = cfg.get("label_smoothing", 0.0)
+        x, t, w = _inputs(3, 22, dtype, "cuda", seed=80 + i, ignore=cfg.get("ignore", False),
+                          weight=cfg.get("weight", False), extra=(7, 9))
+        x, t = x[:, 1:], t.clamp(max=20)  # the class axis sliced: row stride 22 * 63, class stride 63
+        w = w[1:] if w is not None else None
+        _check(x, t, w, reduction, smoothing, dtype, f"layout {reduction} {config}")
+        if reduction != "none":
+            x3, t3 = x.reshape(3, 21, -1), t.reshape(3, -1)
+            args = (x3, t3, w, -100, reduction, smoothing)
+            loss, stats, total, grad = torch.ops.softmax_ext._cross_entropy_forward_grad.default(*args)
+            ploss, pstats, _ = torch.ops.softmax_ext._cross_entropy_forward.default(*args)
+            assert torch.equal(stats, pstats) and torch.equal(loss, ploss), config
+            two_op = _two_op_grad(x3, t3, w, reduction, smoothing, torch.ones((), dtype=dtype, device="cuda"))
+            assert torch.equal(grad, two_op), f"{config}: gradient"
+    x, t, _ = _inputs(2, 5, dtype, "cuda", seed=88, ignore=True, extra=(6, 7))
+    a = x.clone().requires_grad_(True)
+    softmax_ext.cross_entropy(a, t).backward()
+    logits = x.clone().requires_grad_(True) * 1.0
+    softmax_ext.cross_entropy(logits, t, inplace_backward=True).backward()
+    assert torch.equal(logits.detach(), a.grad)
+
+
+@requires_cuda
+def test_cuda_positions_layout_large():
+    """A segmentation-sized map (65536 positions and more) on the layout
+    kernels by default, forward and backward against float64."""
+    x, t, w = _inputs(2, 19, torch.bfloat16, "cuda", seed=89, ignore=True, weight=True, extra=(200, 200))
+    _check(x, t, w, "mean", 0.0, torch.bfloat16, "layout 2x19x200x200")
+    _check(x, t, None, "none", 0.1, torch.bfloat16, "layout 2x19x200x200 none")
 
 
 @requires_cuda

@@ -55,12 +55,19 @@ at::Tensor check_args(const char* op, const at::Tensor& logits, const at::Tensor
                       const std::optional<at::Tensor>& weight, double smoothing) {
   TORCH_CHECK_NOT_IMPLEMENTED(is_supported_dtype(logits.scalar_type()), op, ": logits dtype ",
                               logits.scalar_type(), " is not supported; ", kAcceptedDtypes);
-  TORCH_CHECK_VALUE(logits.dim() == 2, op, ": logits must be (N, C) here, got shape ", logits.sizes());
+  TORCH_CHECK_VALUE(logits.dim() == 2 || logits.dim() == 3, op, ": logits must be (N, C) or (N, C, D) here, got shape ",
+                    logits.sizes());
   TORCH_CHECK_NOT_IMPLEMENTED(target.scalar_type() == at::kLong || target.scalar_type() == at::kInt, op,
                               ": target dtype ", target.scalar_type(),
                               " is not supported; accepted: int64 or int32 class indices");
-  TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == logits.size(0), op, ": target has shape ",
-                    target.sizes(), " but logits have shape ", logits.sizes(), "; expected (", logits.size(0), ")");
+  if (logits.dim() == 3) {
+    TORCH_CHECK_VALUE(target.dim() == 2 && target.size(0) == logits.size(0) && target.size(1) == logits.size(2), op,
+                      ": target has shape ", target.sizes(), " but logits have shape ", logits.sizes(),
+                      "; expected (", logits.size(0), ", ", logits.size(2), ")");
+  } else {
+    TORCH_CHECK_VALUE(target.dim() == 1 && target.size(0) == logits.size(0), op, ": target has shape ",
+                      target.sizes(), " but logits have shape ", logits.sizes(), "; expected (", logits.size(0), ")");
+  }
   TORCH_CHECK_VALUE(target.device() == logits.device(), op, ": target is on ", target.device(),
                     " but logits are on ", logits.device(), "; both must be on one device");
   TORCH_CHECK_VALUE(logits.size(1) > 0 || logits.size(0) == 0, op, ": logits have no classes (shape ",
@@ -76,12 +83,38 @@ at::Tensor check_args(const char* op, const at::Tensor& logits, const at::Tensor
   }
   TORCH_CHECK_VALUE(smoothing >= 0.0 && smoothing <= 1.0, op, ": label_smoothing=", smoothing,
                     " is out of range; accepted: [0.0, 1.0]");
+  if (logits.dim() == 3) return logits.size(2) > 1 && logits.stride(2) != 1 ? logits.contiguous() : logits;
   if (logits.size(1) > 1 && logits.stride(1) != 1) return logits.contiguous();
   return logits;
 }
 
 int64_t row_stride_of(const at::Tensor& t) {
   return t.size(0) > 1 ? t.stride(0) : t.size(1);
+}
+
+// Rows of the loss: N, or N * D positions of (N, C, D) logits.
+int64_t rows_of(const at::Tensor& x) { return x.dim() == 3 ? x.size(0) * x.size(2) : x.size(0); }
+
+// (N, C, D) logits the kernels do not read as they are (ce_reads_layout:
+// CPU, few positions, D = 1): rows of C classes, a copy in the positions'
+// order; and a gradient of such rows back into (N, C, D).
+bool through_rows(const at::Tensor& x) {
+  return x.dim() == 3 && (x.size(2) == 1 || !ce_reads_layout(x.device().type(), rows_of(x)));
+}
+at::Tensor as_rows(const at::Tensor& x) { return x.movedim(1, 2).reshape({-1, x.size(1)}).contiguous(); }
+void rows_into(at::Tensor& grad, const at::Tensor& rows) {
+  grad.copy_(rows.view({grad.size(0), grad.size(2), grad.size(1)}).permute({0, 2, 1}));
+}
+
+// The gradient's strides in the problem (its row stride, and for the
+// (N, C, D) layout its class stride).
+void set_grad_layout(CeProblem& p, const at::Tensor& grad) {
+  if (grad.dim() == 3) {
+    p.grad_row_stride = grad.stride(0);
+    p.grad_class_stride = grad.stride(1);
+  } else {
+    p.grad_row_stride = row_stride_of(grad);
+  }
 }
 
 CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_weight, int64_t ignore_index,
@@ -91,10 +124,16 @@ CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_w
   p.device_index = x.is_cuda() ? x.device().index() : -1;
   p.dtype = x.scalar_type();
   p.target_dtype = target.scalar_type();
-  p.rows = x.size(0);
+  p.rows = rows_of(x);
   p.classes = x.size(1);
-  p.row_stride = row_stride_of(x);
+  p.row_stride = x.dim() == 3 ? x.stride(0) : row_stride_of(x);
   p.grad_row_stride = p.classes;
+  if (x.dim() == 3) {  // the (N, C, D) layout as it is (contiguous gradient)
+    p.inner = x.size(2);
+    p.class_stride = x.stride(1);
+    p.grad_row_stride = p.classes * p.inner;
+    p.grad_class_stride = p.inner;
+  }
   p.reduction = reduction;
   p.has_weight = has_weight;
   p.smoothing = smoothing;
@@ -126,10 +165,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, cons
                                                             int64_t ignore_index, c10::string_view reduction_name,
                                                             double smoothing, bool acc_loss, at::Tensor* grad) {
   const Reduction reduction = parse_reduction(op, reduction_name);
-  const at::Tensor x = check_args(op, logits_in, target_in, weight, smoothing);
+  const at::Tensor x3 = check_args(op, logits_in, target_in, weight, smoothing);
+  if (through_rows(x3)) {
+    at::Tensor rows_grad;
+    if (grad != nullptr) rows_grad = at::empty({rows_of(x3), x3.size(1)}, x3.options());
+    auto out = forward_into(op, as_rows(x3), target_in.reshape({-1}), weight, ignore_index, reduction_name, smoothing,
+                            acc_loss, grad != nullptr ? &rows_grad : nullptr);
+    if (grad != nullptr) rows_into(*grad, rows_grad);
+    return out;
+  }
+  const at::Tensor& x = x3;
   const at::Tensor target = target_in.contiguous();
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const int64_t n = x.size(0);
+  const int64_t n = rows_of(x);
   c10::OptionalDeviceGuard guard(x.device());
   const at::TensorOptions loss_options = x.options().dtype(acc_loss ? acc : x.scalar_type());
   at::Tensor loss = reduction == Reduction::None ? at::empty({n}, loss_options) : at::empty({}, loss_options);
@@ -145,7 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward_into(const char* op, cons
   if (grad != nullptr) {
     TORCH_CHECK_VALUE(reduction != Reduction::None, op, ": reduction='none' is not accepted; accepted: 'mean', 'sum'");
     problem.fused_grad = true;
-    problem.grad_row_stride = row_stride_of(*grad);
+    set_grad_layout(problem, *grad);
   }
   const CePlan plan = select_ce(problem, /*backward=*/false);
   CeBuffers b;
@@ -219,7 +267,14 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
                    const std::optional<at::Tensor>& weight, const at::Tensor& row_stats,
                    const at::Tensor& total_weight, int64_t ignore_index, Reduction reduction, double smoothing,
                    at::Tensor& grad) {
-  const int64_t n = x.size(0);
+  if (through_rows(x)) {
+    at::Tensor rows_grad = at::empty({rows_of(x), x.size(1)}, x.options());
+    backward_into(op, grad_loss, as_rows(x), target_in.reshape({-1}), weight, row_stats, total_weight, ignore_index,
+                  reduction, smoothing, rows_grad);
+    rows_into(grad, rows_grad);
+    return;
+  }
+  const int64_t n = rows_of(x);
   const c10::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(grad_loss.scalar_type()), op, ": grad_loss dtype ",
                               grad_loss.scalar_type(), " is not supported; accepted: a floating dtype");
@@ -246,7 +301,7 @@ void backward_into(const char* op, const at::Tensor& grad_loss, const at::Tensor
   const WeightArgs w = weight_args(weight, acc, smoothing);
   c10::OptionalDeviceGuard guard(x.device());
   CeProblem problem = make_problem(x, target, weight.has_value(), ignore_index, reduction, smoothing);
-  problem.grad_row_stride = row_stride_of(grad);
+  set_grad_layout(problem, grad);
   const CePlan plan = select_ce(problem, /*backward=*/true);
   CeBuffers b;
   b.logits = x.const_data_ptr();
@@ -309,6 +364,11 @@ std::tuple<std::string, int64_t, bool, std::string, std::vector<int64_t>> plan_i
   p.classes = classes;
   p.row_stride = stride;
   p.grad_row_stride = classes;
+  if (logits.dim() >= 3 && classes > 0 && logits.size(0) > 0 && rows / logits.size(0) > 1 &&
+      ce_reads_layout(p.device_type, rows)) {  // eager CUDA calls read (N, C, d...) as it is
+    p.inner = p.class_stride = p.grad_class_stride = rows / logits.size(0);
+    p.row_stride = p.grad_row_stride = classes * p.inner;
+  }
   const CePlan plan = select_ce(p, backward);
   const std::string acc = p.acc_dtype() == at::kDouble ? "Double" : "Float";
   return {plan.kernel, plan.workspace_bytes, true, acc, {rows, classes, stride, 1, 1, rows, stride}};

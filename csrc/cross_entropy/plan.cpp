@@ -120,11 +120,49 @@ static int cuda_row_split(const CeProblem& p, bool backward) {
 #endif
 }
 
+// Short rows (CUDA): lanes of a warp a row (cross_entropy/lanes.cuh), about
+// eight classes a lane, where a block a row would leave most of its threads
+// idle; the (N, C, d...) layout read as it is, a thread a position (lanes 1).
+// Rows of at most kMaxLaneRowBytes. SOFTMAX_EXT_CE_LANES=0 turns them off,
+// =<1-32> forces that many lanes a plain row (A/B runs).
+constexpr int64_t kMaxLaneRowBytes = 4096;
+static int cuda_lanes(const CeProblem& p) {
+  if (p.inner > 1) return 1;
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_LANES")) {
+    const int v = std::atoi(env);
+    if (v == 0) return 0;
+    if (v > 0 && v <= 32 && (v & (v - 1)) == 0) return v;
+  }
+  if (row_bytes(p) > kMaxLaneRowBytes) return 0;
+  int lanes = 1;
+  while (lanes < 32 && int64_t{lanes} * 8 < p.classes) lanes *= 2;
+  return lanes;
+}
+
+// A thread a position keeps kLaneUnroll loads in flight: fewer positions
+// than this leave the memory idle, and rows of C classes (a copy, then the
+// lanes or block kernels) are faster.
+constexpr int64_t kMinLayoutPositions = 65536;
+bool ce_reads_layout(c10::DeviceType device, int64_t positions) {
+  if (device != c10::DeviceType::CUDA) return false;
+  if (const char* env = std::getenv("SOFTMAX_EXT_CE_LAYOUT")) return env[0] == '1';
+  return positions >= kMinLayoutPositions;
+}
+
 CePlan select_ce(const CeProblem& problem, bool backward) {
   CePlan plan;
   plan.problem = problem;
   const std::string tag = dtype_tag(problem.dtype);
-  if (problem.device_type == c10::DeviceType::CUDA) {
+  if (problem.device_type == c10::DeviceType::CUDA && (plan.lanes = cuda_lanes(problem)) > 0) {
+    plan.family = CeFamily::kCudaRows;
+    plan.threads = 256;
+    plan.chunk = problem.classes;
+#ifdef SOFTMAX_EXT_WITH_CUDA
+    plan.overlap = !backward && cuda::overlap_launches(cuda::device_facts(problem.device_index).arch);
+#endif
+    plan.kernel = "cuda.ce_lanes" + std::to_string(plan.lanes) +
+                  (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
+  } else if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
     plan.threads = cuda_threads(problem, backward);
     plan.row_split = cuda_row_split(problem, backward);
@@ -158,11 +196,15 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
 }
 
 // Forward mean / sum: per-row losses in the accumulator dtype, summed in a
-// fixed order by one small kernel (deterministic, no atomics).
+// fixed order by one small kernel (deterministic, no atomics); past
+// kOneBlockRows rows (CUDA) two sums a slice of rows first (any reduction:
+// the total weight is summed for each).
 int64_t workspace_size_ce(const CePlan& plan, bool backward) {
   const CeProblem& p = plan.problem;
-  if (backward || p.reduction == Reduction::None) return 0;
-  return p.rows * static_cast<int64_t>(c10::elementSize(p.acc_dtype()));
+  if (backward) return 0;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(p.acc_dtype()));
+  const int64_t parts = p.device_type == c10::DeviceType::CUDA ? ce_reduce_parts(p.rows) : 0;
+  return ((p.reduction == Reduction::None ? 0 : p.rows) + 2 * parts) * elem;
 }
 
 std::string can_implement_ce(const CePlan& plan, const CeBuffers& b, bool backward) {

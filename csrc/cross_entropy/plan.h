@@ -40,6 +40,13 @@ struct CeProblem {
   int64_t classes = 0;     // C
   int64_t row_stride = 0;       // of the logits, in elements
   int64_t grad_row_stride = 0;  // of the gradient (the logits' own when in place)
+  // The (N, C, d...) layout read as it is (rows = N * inner positions; CUDA
+  // only): position p of sample n at n * row_stride + p, its classes
+  // class_stride apart (grad_class_stride in the gradient). Plain rows:
+  // inner 1, class strides 1.
+  int64_t inner = 1;
+  int64_t class_stride = 1;
+  int64_t grad_class_stride = 1;
   Reduction reduction = Reduction::Mean;
   bool has_weight = false;
   double smoothing = 0.0;
@@ -63,6 +70,18 @@ constexpr int64_t kMaxStageBytes = 227 * 1024 - 2048;
 // reads it as _C._CE_MAX_FUSED_ROW_BYTES): past it the gradient pass's
 // second read of the row comes from memory, not L2.
 constexpr int64_t kMaxFusedRowBytes = 208 * 1024;
+// Many rows: above kOneBlockRows the sums over rows (the targets' total
+// weight, the losses of mean / sum) first run in slices of rows, a block
+// each (ce_reduce_parts of them, workspace), then one block sums the slices.
+constexpr int64_t kOneBlockRows = 16384;
+constexpr int64_t kRowsPerPart = 4096;
+constexpr int64_t kMaxReduceParts = 1024;
+inline int64_t ce_reduce_parts(int64_t rows) {
+  if (rows <= kOneBlockRows) return 0;
+  const int64_t parts = (rows + kRowsPerPart - 1) / kRowsPerPart;
+  return parts < kMaxReduceParts ? parts : kMaxReduceParts;
+}
+
 // The most blocks a row is split over (the portable cluster size).
 constexpr int kMaxRowSplit = 8;
 // The pieces one block folds a row in as a cluster would (block_parts).
@@ -90,6 +109,10 @@ struct CePlan {
   // eight loads in flight a thread, where the fused forward's cluster
   // blocks, which stage their rows, keep four.
   int block_parts = 1;
+  // CUDA short rows: lanes of a warp a row (a power of two, 1-32; 1 for the
+  // (N, C, d...) layout, a thread a position), kernels in lanes.cuh; 0: the
+  // block (cluster) a row kernels above.
+  int lanes = 0;
   // CUDA forward (plan/family.h, cuda::overlap_launches): each kernel after
   // the first starts before the kernel ahead of it ends and waits on the
   // device for what it needs (programmatic dependent launch).
@@ -118,6 +141,12 @@ struct CeBuffers {
   void* grad = nullptr;
   void* grad_one = nullptr;  // backward, mean / sum: grad_one_flag() of the device
 };
+
+// Whether the kernels read (N, C, D) logits as they are (CUDA, enough
+// positions N * D to keep the memory busy with a thread each; lanes.cuh)
+// instead of through a copy to rows of C classes (ops.cpp).
+// SOFTMAX_EXT_CE_LAYOUT=0|1 overrides the choice (A/B runs).
+bool ce_reads_layout(c10::DeviceType device, int64_t positions);
 
 CePlan select_ce(const CeProblem& problem, bool backward);
 // Empty string when the buffers fit the plan, else what is wrong.

@@ -39,6 +39,8 @@
 // nll_loss.
 
 #include "cross_entropy/plan.h"
+#include "cuda/families/cross_entropy/common.cuh"
+#include "cuda/families/cross_entropy/lanes.cuh"
 #include "cuda/core/cluster.cuh"
 #include "cuda/core/dispatch.cuh"
 #include "cuda/core/grid.h"
@@ -56,6 +58,7 @@
 namespace softmax_ext::ce {
 namespace {
 
+using namespace dev;
 using cuda::acc_type;
 using cuda::kPack;
 using cuda::NanMax;
@@ -63,28 +66,6 @@ using cuda::Pack;
 
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
-// The exp of the 16-bit kernels: the hardware exp2 of x * log2(e), like
-// __expf, but with subnormal results flushed to zero (ex2.approx.ftz), which
-// spares __expf's range fix-up (a compare and two multiplies an element).
-// exp(x - max) below 2^-126 is nothing beside the row's largest term, 1,
-// and a probability that small is zero to a 16-bit gradient's 8-11 bits
-// but for bf16's subnormals, which torch's gradient may keep. float32 and
-// float64 logits keep the accurate exp.
-struct FtzExp {
-  __device__ static __forceinline__ float exp(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.44269504088896340736f));
-    return r;
-  }
-};
-template <typename T>
-using ce_exp_t = std::conditional_t<cuda::is_reduced_float_v<T>, FtzExp, cuda::AccurateExp>;
-
-// The type of the smoothing's sum_c w_c x_c: float64 for float32 rows (the
-// loss takes W m minus it, which cancels at a large m), the accumulator
-// type otherwise (16-bit values carry less than the float32 rounding).
-template <typename T>
-using smooth_sum_t = std::conditional_t<std::is_same_v<T, float>, double, acc_type<T>>;
 
 // Word-wise access to a 16-byte pack of 16-bit values: the NaN-propagating
 // max of two pairs in one instruction, and a value of a pair widened to
@@ -138,29 +119,7 @@ __device__ __forceinline__ Row<T> split_row(const T* p, int64_t n) {
   return {static_cast<int>(head), packs, head + packs * P};
 }
 
-__device__ __forceinline__ int64_t load_target(const int64_t* t64, const int32_t* t32, int64_t row) {
-  return t32 != nullptr ? static_cast<int64_t>(t32[row]) : t64[row];
-}
 
-template <typename T>
-struct ForwardArgs {
-  using acc_t = acc_type<T>;
-  const T* logits;
-  const int64_t* target64;
-  const int32_t* target32;
-  const acc_t* weight;        // null: all ones
-  const double* weight_sum;   // W, with smoothing and a weight
-  T* loss_none;               // reduction "none"
-  acc_t* row_loss;            // mean / sum
-  acc_t* row_stats;           // m, ls of each row
-  T* grad;                    // fused: the gradient for grad_loss = 1
-  const acc_t* total_weight;  // fused mean: the divisor (computed first)
-  int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
-  int64_t stage_packs;  // fused: packs of each row kept in shared memory
-  int64_t chunk;        // kCluster: the classes of each block of a row's cluster
-  int cluster;          // kCluster: blocks a row (the launch's cluster size)
-  acc_t eps, eps_c;
-};
 
 // The online (max, sum) of one thread: a chunk of values at a time, so the
 // running sum is rescaled at most once a chunk. The chunk's values are read
@@ -219,26 +178,6 @@ struct Online {
   }
 };
 
-__device__ __forceinline__ float cuda_fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
-__device__ __forceinline__ double cuda_fma(double a, double b, double c) { return __fma_rn(a, b, c); }
-
-// The gradient of one row (plan.h): dx_c = ca * p_c - cc * w_c - [c == t] * cb.
-template <typename acc_t>
-struct GradCoefficients {
-  acc_t ca;  // of p_c
-  acc_t cc;  // of w_c
-  acc_t cb;  // at c == t
-};
-
-// s: the row's scale (grad_loss, over total_weight for mean); wt = w_t;
-// W = sum(w) (C without a weight).
-template <typename acc_t>
-__device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(acc_t s, acc_t wt, acc_t W, acc_t eps,
-                                                                     acc_t eps_c) {
-  // explicit fma: the same rounding wherever it is inlined (the fused
-  // forward and the backward give the same bits)
-  return {s * cuda_fma(eps_c, W, (1 - eps) * wt), s * eps_c, s * (1 - eps) * wt};
-}
 
 template <typename T>
 __device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
@@ -265,12 +204,9 @@ __device__ __forceinline__ void write_grad_row(const T* x, T* g, int64_t classes
                                                acc_type<T> m, acc_type<T> ls, const uint4* stage = nullptr,
                                                int64_t staged = 0) {
   using acc_t = acc_type<T>;
-  using Exp = ce_exp_t<T>;
   constexpr int P = kPack<T>;
   // dx_j without the true class's term, which value() adds
-  auto other = [&](acc_t v, int64_t j) {
-    return cuda_fma(k.ca, Exp::exp((v - m) - ls), -(k.cc * (kWeighted ? weight[j] : acc_t(1))));
-  };
+  auto other = [&](acc_t v, int64_t j) { return grad_other<T>(k, v, m, ls, kWeighted ? weight[j] : acc_t(1)); };
   auto value = [&](acc_t v, int64_t j) {
     const acc_t d = other(v, j);
     return j == t ? d - k.cb : d;
@@ -383,12 +319,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
   for (int64_t row = loop.start(); row < a.rows; row += loop.step()) {
     const int64_t t = load_target(a.target64, a.target32, row);
     if (t == a.ignore_index) {
-      if (threadIdx.x == 0 && rank == 0) {
-        a.row_stats[2 * row] = 0;
-        a.row_stats[2 * row + 1] = 0;
-        if (a.loss_none != nullptr) a.loss_none[row] = T(0.0f);
-        else a.row_loss[row] = 0;
-      }
+      if (threadIdx.x == 0 && rank == 0) store_row(a, row, acc_t(0), acc_t(0), acc_t(0));
       if constexpr (kGrad) zero_row(a.grad + row * a.grad_row_stride + c0, n, kThreads);
       continue;
     }
@@ -483,19 +414,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
     // The statistics the store and the gradient use alike: the backward op
     // reads the same values.
     const acc_t m = stats.max, ls = cuda::acc_log(stats.sum);
-    if (threadIdx.x == 0 && rank == 0) {
-      const acc_t wt = a.weight != nullptr ? a.weight[t] : acc_t(1);
-      acc_t loss = (1 - a.eps) * wt * ((m - xt) + ls);
-      if constexpr (kSmooth) {
-        const sx_t W = a.weight != nullptr ? static_cast<sx_t>(*a.weight_sum) : static_cast<sx_t>(a.classes);
-        // sum_c w_c (lse - x_c) = W ls + (W m - sum_c w_c x_c), the latter in sx_t
-        loss += a.eps_c * (static_cast<acc_t>(W) * ls + static_cast<acc_t>(W * sx_t(m) - sx));
-      }
-      a.row_stats[2 * row] = m;
-      a.row_stats[2 * row + 1] = ls;
-      if (a.loss_none != nullptr) a.loss_none[row] = cuda::convert<T>(loss);
-      else a.row_loss[row] = loss;
-    }
+    if (threadIdx.x == 0 && rank == 0) store_row(a, row, m, ls, row_loss_of<kSmooth>(a, t, m, ls, xt, sx));
     if constexpr (kGrad) {
       if (scale_pending) {
         cuda::wait_for_prior();
@@ -529,6 +448,40 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
 // once; after it, it is launched after its prior (cuda_forward): the
 // targets and weights, the call's inputs, are summed while the forward
 // ends, the per-row losses (0 for an ignored row) only after its wait.
+//
+// Past kOneBlockRows rows (a.parts > 0) ce_partial_kernel sums a slice of
+// rows a block first, the same way, and this kernel sums the slices.
+template <typename T>
+__device__ __forceinline__ acc_type<T> target_weights(const ForwardArgs<T>& a, int64_t r0, int64_t r1) {
+  using acc_t = acc_type<T>;
+  acc_t tw = 0;
+  for (int64_t row = r0 + threadIdx.x; row < r1; row += blockDim.x) {
+    const int64_t t = load_target(a.target64, a.target32, row);
+    if (t != a.ignore_index) tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
+  }
+  return tw;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024) ce_partial_kernel(ForwardArgs<T> a, bool losses) {
+  using acc_t = acc_type<T>;
+  cuda::allow_dependents();
+  const int64_t per = (a.rows + gridDim.x - 1) / gridDim.x;
+  const int64_t r0 = min(a.rows, per * blockIdx.x), r1 = min(a.rows, r0 + per);
+  acc_t tw = target_weights(a, r0, r1), sum = 0;
+  cuda::wait_for_prior();
+  if (losses) {
+    for (int64_t row = r0 + threadIdx.x; row < r1; row += 1024) sum += a.row_loss[row];
+  }
+  __shared__ acc_t scratch[cuda::kWarpSize];
+  tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
+  sum = cuda::block_all_reduce(sum, cuda::Sum{}, acc_t(0), scratch);
+  if (threadIdx.x == 0) {
+    a.partials[2 * blockIdx.x] = tw;
+    a.partials[2 * blockIdx.x + 1] = sum;
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* loss, acc_type<T>* loss_acc,
                                                          acc_type<T>* total_weight, bool mean) {
@@ -536,13 +489,18 @@ __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* lo
   cuda::allow_dependents();
   const bool reduce = loss != nullptr || loss_acc != nullptr;
   acc_t tw = 0, sum = 0;
-  for (int64_t row = threadIdx.x; row < a.rows; row += 1024) {
-    const int64_t t = load_target(a.target64, a.target32, row);
-    if (t != a.ignore_index) tw += a.weight != nullptr ? a.weight[t] : acc_t(1);
-  }
-  cuda::wait_for_prior();  // (the forward reads total_weight, written below)
-  if (reduce) {
-    for (int64_t row = threadIdx.x; row < a.rows; row += 1024) sum += a.row_loss[row];
+  if (a.parts > 0) {
+    cuda::wait_for_prior();
+    for (int64_t i = threadIdx.x; i < a.parts; i += 1024) {
+      tw += a.partials[2 * i];
+      sum += a.partials[2 * i + 1];
+    }
+  } else {
+    tw = target_weights(a, 0, a.rows);
+    cuda::wait_for_prior();  // (the forward reads total_weight, written below)
+    if (reduce) {
+      for (int64_t row = threadIdx.x; row < a.rows; row += 1024) sum += a.row_loss[row];
+    }
   }
   __shared__ acc_t scratch[cuda::kWarpSize];
   tw = cuda::block_all_reduce(tw, cuda::Sum{}, acc_t(0), scratch);
@@ -555,25 +513,6 @@ __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* lo
   }
 }
 
-template <typename T>
-struct BackwardArgs {
-  using acc_t = acc_type<T>;
-  const T* logits;
-  T* grad;
-  const int64_t* target64;
-  const int32_t* target32;
-  const acc_t* weight;
-  const double* weight_sum;
-  const acc_t* grad_loss;
-  const acc_t* row_stats;  // m, ls of each row
-  const acc_t* total_weight;
-  int* grad_one;  // mean / sum: set to whether grad_loss is 1 (grad_one_flag)
-  int64_t rows, classes, row_stride, grad_row_stride, ignore_index;
-  int64_t chunk;  // classes of each part of a row
-  int64_t parts;  // blocks a row (each writes `chunk` classes)
-  acc_t eps, eps_c;
-  bool none, mean;
-};
 
 template <typename T, int kThreads, bool kWeighted>
 __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a) {
@@ -660,6 +599,16 @@ void fill_row_args(Args& a, const CeProblem& p, const CeBuffers& b) {
   a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
 }
 
+RowLayout layout_of(const CePlan& plan) {
+  const CeProblem& p = plan.problem;
+  RowLayout l;
+  l.inner = p.inner;
+  l.class_stride = p.class_stride;
+  l.grad_class_stride = p.grad_class_stride;
+  l.lanes = plan.lanes;
+  return l;
+}
+
 }  // namespace
 
 void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
@@ -679,9 +628,15 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     a.grad = static_cast<T*>(b.grad);
     a.grad_row_stride = p.grad_row_stride;
     a.total_weight = nullptr;
+    a.parts = ce_reduce_parts(p.rows);
+    a.partials = static_cast<acc_t*>(workspace) + (none ? 0 : p.rows);
     if (p.fused_grad && p.reduction == Reduction::Mean) {
       // The mean's divisor first: the rows' gradients are scaled by it (the
       // forward, launched after it, reads it once its rows need it).
+      if (a.parts > 0) {
+        ce_partial_kernel<T><<<static_cast<unsigned>(a.parts), 1024, 0, stream>>>(a, false);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
       ce_reduce_kernel<T><<<1, 1024, 0, stream>>>(a, nullptr, nullptr, static_cast<acc_t*>(b.total_weight), true);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       a.total_weight = static_cast<const acc_t*>(b.total_weight);
@@ -702,6 +657,11 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     cuda::dispatch_bool(p.smoothing > 0, [&](auto smooth) {
       cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
         constexpr bool kSmooth = decltype(smooth)::value, kGrad = decltype(grad)::value;
+        if (plan.lanes > 0) {  // short rows (lanes.cuh)
+          a.layout = layout_of(plan);
+          return cuda::launch_after_prior(forward_after_prior, ce_lanes_forward_kernel<T, kSmooth, kGrad>,
+                                          lanes_grid(p.rows, plan.lanes), kLaneThreads, stream, a);
+        }
         if constexpr (!std::is_same_v<T, double>) {  // clusters of 128-thread blocks (select_ce)
           if (plan.row_split > 1) return launch(ce_forward_kernel<T, 128, kSmooth, kGrad, true>, 128);
         }
@@ -721,6 +681,9 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
     acc_t* loss_acc = !none && p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr;
     auto* total_weight = static_cast<acc_t*>(b.total_weight);
     const bool mean = p.reduction == Reduction::Mean;
+    if (a.parts > 0)
+      cuda::launch_after_prior(plan.overlap, ce_partial_kernel<T>, static_cast<unsigned>(a.parts), 1024, stream, a,
+                               loss != nullptr || loss_acc != nullptr);
     cuda::launch_after_prior(plan.overlap, ce_reduce_kernel<T>, 1, 1024, stream, a, loss, loss_acc, total_weight,
                              mean);
   });
@@ -744,6 +707,15 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     a.grad_one = static_cast<int*>(b.grad_one);
     a.parts = plan.row_split;
     a.chunk = plan.row_split > 1 ? plan.chunk : p.classes;
+    if (plan.lanes > 0) {  // short rows (lanes.cuh)
+      a.layout = layout_of(plan);
+      cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
+        ce_lanes_backward_kernel<T, decltype(weighted)::value>
+            <<<lanes_grid(p.rows, plan.lanes), kLaneThreads, 0, stream>>>(a);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+      return;
+    }
     dispatch_threads(plan.threads, [&](auto threads) {
       cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
         ce_backward_kernel<T, decltype(threads)::value, decltype(weighted)::value>
