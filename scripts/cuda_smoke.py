@@ -103,6 +103,18 @@ def other_ops():
                 what = f"cross_entropy {dtype} ({n}, {c}) {sorted(kw)}"
                 bad += mismatches(loss.detach(), ref.detach(), dtype, what)
                 bad += mismatches(x.grad, xr.grad, dtype, what + " grad")
+        # cross_entropy of a (N, C, d...) map read as it is (90000 positions), and a mean over them
+        x64 = torch.randn(2, 5, 150, 300, generator=gen, dtype=torch.float64) * 3
+        t = torch.randint(0, 5, (2, 150, 300), generator=gen)
+        t[0, 0] = -100
+        x = x64.to("cuda", dtype, copy=True).requires_grad_()
+        loss = softmax_ext.cross_entropy(x, t.cuda(), label_smoothing=0.1)
+        loss.backward()
+        xr = x.detach().double().cpu().requires_grad_()
+        ref = torch.nn.functional.cross_entropy(xr, t, label_smoothing=0.1)
+        ref.backward()
+        bad += mismatches(loss.detach(), ref.detach(), dtype, f"cross_entropy {dtype} (2, 5, 150, 300)")
+        bad += mismatches(x.grad, xr.grad, dtype, f"cross_entropy {dtype} (2, 5, 150, 300) grad")
         # softmax_matmul: tails on every axis, a batch dim; float32 also with
         # TF32 (the 256-column kernel), checked at bfloat16's tolerance
         mm_cases = [((2, 70, 300), 40, False), ((1, 129, 1000), 64, False), ((2, 72, 264), 40, False),
