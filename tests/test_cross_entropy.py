@@ -528,6 +528,26 @@ def test_cuda_vocab_rows(dtype, classes):
         _check(x, t, weight, reduction, smoothing, dtype, f"cuda {dtype} C={classes} {reduction}")
 
 
+def _assert_paths_same_bits(x, t, w, reduction, smoothing, dtype, what):
+    """The fused forward, the plain forward and the two-op gradient give the
+    same loss, row statistics and gradient bits."""
+    args = (x, t, w, -100, reduction, smoothing)
+    loss, stats, total, grad = torch.ops.softmax_ext._cross_entropy_forward_grad.default(*args)
+    ploss, pstats, _ = torch.ops.softmax_ext._cross_entropy_forward.default(*args)
+    assert torch.equal(stats, pstats) and torch.equal(loss, ploss), what
+    two_op = _two_op_grad(x, t, w, reduction, smoothing, torch.ones((), dtype=dtype, device=x.device))
+    assert torch.equal(grad, two_op), f"{what}: gradient"
+
+
+def _assert_inplace_matches(x, t):
+    """inplace_backward=True writes the out-of-place gradient over the logits."""
+    a = x.clone().requires_grad_(True)
+    softmax_ext.cross_entropy(a, t).backward()
+    logits = x.clone().requires_grad_(True) * 1.0
+    softmax_ext.cross_entropy(logits, t, inplace_backward=True).backward()
+    assert torch.equal(logits.detach(), a.grad)
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cuda_short_rows(dtype):
@@ -552,12 +572,7 @@ def test_cuda_short_rows(dtype):
             floor = torch.finfo(dtype).eps if classes == 1 else 0.0
             _check(x, t, w, reduction, smoothing, dtype, f"C={classes} {reduction} {config}", floor=floor)
             if reduction != "none":
-                args = (x, t, w, -100, reduction, smoothing)
-                loss, stats, total, grad = torch.ops.softmax_ext._cross_entropy_forward_grad.default(*args)
-                ploss, pstats, _ = torch.ops.softmax_ext._cross_entropy_forward.default(*args)
-                assert torch.equal(stats, pstats) and torch.equal(loss, ploss), f"C={classes} {config}"
-                two_op = _two_op_grad(x, t, w, reduction, smoothing, torch.ones((), dtype=dtype, device="cuda"))
-                assert torch.equal(grad, two_op), f"C={classes} {config}: gradient"
+                _assert_paths_same_bits(x, t, w, reduction, smoothing, dtype, f"C={classes} {config}")
 
 
 @requires_cuda
@@ -624,19 +639,9 @@ def test_cuda_positions_layout(dtype, monkeypatch):
         w = w[1:] if w is not None else None
         _check(x, t, w, reduction, smoothing, dtype, f"layout {reduction} {config}")
         if reduction != "none":
-            x3, t3 = x.reshape(3, 21, -1), t.reshape(3, -1)
-            args = (x3, t3, w, -100, reduction, smoothing)
-            loss, stats, total, grad = torch.ops.softmax_ext._cross_entropy_forward_grad.default(*args)
-            ploss, pstats, _ = torch.ops.softmax_ext._cross_entropy_forward.default(*args)
-            assert torch.equal(stats, pstats) and torch.equal(loss, ploss), config
-            two_op = _two_op_grad(x3, t3, w, reduction, smoothing, torch.ones((), dtype=dtype, device="cuda"))
-            assert torch.equal(grad, two_op), f"{config}: gradient"
+            _assert_paths_same_bits(x.reshape(3, 21, -1), t.reshape(3, -1), w, reduction, smoothing, dtype, config)
     x, t, _ = _inputs(2, 5, dtype, "cuda", seed=88, ignore=True, extra=(6, 7))
-    a = x.clone().requires_grad_(True)
-    softmax_ext.cross_entropy(a, t).backward()
-    logits = x.clone().requires_grad_(True) * 1.0
-    softmax_ext.cross_entropy(logits, t, inplace_backward=True).backward()
-    assert torch.equal(logits.detach(), a.grad)
+    _assert_inplace_matches(x, t)
 
 
 @requires_cuda
@@ -654,11 +659,7 @@ def test_cuda_misaligned_and_inplace():
     x = big[:, 1:50258]
     t = t.clamp(max=50256)
     _check(x, t, None, "mean", 0.0, torch.bfloat16, "cuda sliced")
-    a = x.clone().requires_grad_(True)
-    softmax_ext.cross_entropy(a, t).backward()
-    logits = x.clone().requires_grad_(True) * 1.0
-    softmax_ext.cross_entropy(logits, t, inplace_backward=True).backward()
-    assert torch.equal(logits.detach(), a.grad)
+    _assert_inplace_matches(x, t)
 
 
 @requires_cuda
