@@ -115,7 +115,7 @@ def _cross_entropy(
         rows, tgt = logits.unsqueeze(0), target.reshape(1)
     elif logits.dim() == 2:
         rows, tgt = logits, target
-    elif plain and logits.is_cuda:  # (N, C, d...) as (N, C, D): the kernels choose the layout or rows (ops.cpp)
+    elif plain:  # (N, C, d...) as (N, C, D): the op reads the layout or copies to rows (ops.cpp)
         rows, tgt = logits.reshape(logits.shape[0], classes, -1), target.reshape(target.shape[0], -1)
     else:  # (N, C, d...): the class axis last, then rows of C
         rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)

@@ -617,30 +617,33 @@ def test_ops_take_the_positions_layout(device):
                                                                           stats, total, -100, reduction, smoothing))
 
 
-@requires_cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_cuda_positions_layout(dtype, monkeypatch):
-    """(N, C, d...) logits (segmentation maps) read as they are, a thread a
-    position, no copy to rows: every reduction and configuration, a class
-    axis sliced out of a wider tensor, in place; the same bits from the
-    fused forward and the two ops. SOFTMAX_EXT_CE_LAYOUT=1 forces the
-    layout on small maps; a map of 65536 positions takes it by itself."""
-    big = torch.empty(1, 21, 256, 256, device="cuda", dtype=dtype)
-    assert softmax_ext.plan(big, kind="cross_entropy").kernel == f"cuda.ce_lanes1.{TAGS[dtype]}"
-    assert softmax_ext.plan(big[..., :8, :8], kind="cross_entropy").kernel != f"cuda.ce_lanes1.{TAGS[dtype]}"
+def test_positions_layout(device, dtype, monkeypatch):
+    """(N, C, d...) logits (segmentation maps) read as they are, no copy to
+    rows (CUDA: a thread a position; CPU: vector lanes over neighbouring
+    positions, the last partial block position by position): every
+    reduction and configuration, a class axis sliced out of a wider
+    tensor, in place; the same bits from the fused forward and the two ops.
+    SOFTMAX_EXT_CE_LAYOUT=1 forces the layout on small maps; CUDA takes it
+    by itself from 65536 positions, CPU from 16 positions a sample."""
+    tag = f"cpu.ce_positions.{TAGS[dtype]}" if device == "cpu" else f"cuda.ce_lanes1.{TAGS[dtype]}"
+    big = torch.empty(1, 21, 256, 256, device=device, dtype=dtype)
+    assert softmax_ext.plan(big, kind="cross_entropy").kernel == tag
+    assert softmax_ext.plan(big[..., :2, :3], kind="cross_entropy").kernel != tag
     monkeypatch.setenv("SOFTMAX_EXT_CE_LAYOUT", "1")
     for i, (reduction, config) in enumerate((("mean", "all"), ("sum", "plain"), ("none", "weight"),
                                              ("mean", "smooth"))):
         cfg = CONFIGS[config]
         smoothing = cfg.get("label_smoothing", 0.0)
-        x, t, w = _inputs(3, 22, dtype, "cuda", seed=80 + i, ignore=cfg.get("ignore", False),
-                          weight=cfg.get("weight", False), extra=(7, 9))
-        x, t = x[:, 1:], t.clamp(max=20)  # the class axis sliced: row stride 22 * 63, class stride 63
+        x, t, w = _inputs(3, 22, dtype, device, seed=80 + i, ignore=cfg.get("ignore", False),
+                          weight=cfg.get("weight", False), extra=(7, 11))
+        x, t = x[:, 1:], t.clamp(max=20)  # the class axis sliced: row stride 22 * 77, class stride 77
         w = w[1:] if w is not None else None
         _check(x, t, w, reduction, smoothing, dtype, f"layout {reduction} {config}")
         if reduction != "none":
             _assert_paths_same_bits(x.reshape(3, 21, -1), t.reshape(3, -1), w, reduction, smoothing, dtype, config)
-    x, t, _ = _inputs(2, 5, dtype, "cuda", seed=88, ignore=True, extra=(6, 7))
+    x, t, _ = _inputs(2, 5, dtype, device, seed=88, ignore=True, extra=(6, 7))
     _assert_inplace_matches(x, t)
 
 

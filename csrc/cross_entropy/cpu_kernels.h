@@ -30,6 +30,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 namespace softmax_ext::ce::CPU_CAPABILITY {
 namespace {
@@ -66,6 +67,15 @@ struct VecIo {
     } else {
       at::vec::convert_from_float<T>(a, b).store(p);
     }
+  }
+  // kB accumulator values (one per lane of the pair)
+  static void load_acc(const acc_t* p, V& a, V& b) {
+    a = V::loadu(p);
+    b = V::loadu(p + kW);
+  }
+  static void store_acc(acc_t* p, const V& a, const V& b) {
+    a.store(p);
+    b.store(p + kW);
   }
 };
 
@@ -199,115 +209,368 @@ acc_t weight_sum(const CeBuffers& b, int64_t classes) {
   return b.weight_sum != nullptr ? static_cast<acc_t>(*static_cast<const double*>(b.weight_sum)) : acc_t(classes);
 }
 
+// The (N, C, D) layout read as it is (CeProblem::inner = D > 1): kB
+// neighbouring positions of one sample at a time, a vector lane each, the
+// classes walked at their stride (a max pass and an exp-sum pass, the
+// second from cache). A sample's positions fall into fixed blocks of kB;
+// the last, partial one goes position by position through the row kernels
+// above (each position's classes copied to a row): the same bits whatever
+// the thread count. Position p of sample n is row n * D + p.
 template <typename T>
-bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+struct Positions {
   using acc_t = acc_of<T>;
-  const CeProblem& p = plan.problem;
-  const T* logits = static_cast<const T*>(b.logits);
-  const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = weight_sum<acc_t>(b, p.classes);
-  const bool smooth = p.smoothing > 0;
-  const acc_t eps = static_cast<acc_t>(p.smoothing);
-  const acc_t eps_c = eps / static_cast<acc_t>(p.classes);
-  acc_t* stats_out = static_cast<acc_t*>(b.row_stats);
-  // Per-row losses: the workspace for mean / sum; for "none" the output,
-  // written as T or (acc_loss) as acc_t.
-  const bool none = p.reduction == Reduction::None;
-  acc_t* row_loss = none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace);
-  T* loss_none = none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr;
-  // The total weight of the non-ignored targets first: the fused forward's
-  // gradient rows (grad_loss = 1) of a mean are scaled by its inverse.
-  const acc_t total = total_weight(p, b.target, w);
-  T* grad = p.fused_grad ? static_cast<T*>(b.grad) : nullptr;
-  const acc_t grad_scale = p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1);
-  std::atomic<bool> bad{false};
-  std::atomic<int64_t> bad_value{0};
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t t = read_target(p, b.target, r);
-      acc_t loss = 0, m = 0, ls = 0;
-      T* dx = grad != nullptr ? grad + r * p.grad_row_stride : nullptr;
-      if (t != p.ignore_index) {
-        if (t < 0 || t >= p.classes) {
-          if (!bad.exchange(true)) bad_value = t;
-        } else {
-          const T* x = logits + r * p.row_stride;
-          acc_t wd = 0;
-          row_stats(x, p.classes, w, smooth, m, ls, wd);
-          const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-          loss = (1 - eps) * wt * ((m - static_cast<acc_t>(x[t])) + ls);
-          if (smooth) loss += eps_c * (W * ls + wd);
-          if (dx != nullptr) {
-            grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, grad_scale, m, ls);
-            dx = nullptr;
-          }
-        }
-      }
-      if (dx != nullptr) std::fill(dx, dx + p.classes, T(0));
-      stats_out[2 * r] = m;
-      stats_out[2 * r + 1] = ls;
-      if (loss_none != nullptr) {
-        loss_none[r] = static_cast<T>(loss);
-      } else {
-        row_loss[r] = loss;
+  using Io = VecIo<T>;
+  using V = typename Io::V;
+  static constexpr int64_t kB = Io::kB;
+  using Lanes = acc_t[kB];
+
+  // Per lane: m, ls and the smoothing's wd (row_stats' definitions) of the
+  // positions at x (class c at x + c * cs).
+  static void stats(const T* x, int64_t C, int64_t cs, const acc_t* w, bool smooth, Lanes& m, Lanes& ls, Lanes& wd) {
+    V ma(-std::numeric_limits<acc_t>::infinity()), mb = ma;
+    for (int64_t c = 0; c < C; ++c) {
+      V a, b;
+      Io::load(x + c * cs, a, b);
+      ma = at::vec::maximum(ma, a);  // propagates NaN
+      mb = at::vec::maximum(mb, b);
+    }
+    V sa(0), sb(0), da(0), db(0);
+    for (int64_t c = 0; c < C; ++c) {
+      V a, b;
+      Io::load(x + c * cs, a, b);
+      sa = sa + vexp(a - ma);
+      sb = sb + vexp(b - mb);
+      if (smooth) {
+        const V wc(w != nullptr ? w[c] : acc_t(1));
+        da = da + (ma - a) * wc;
+        db = db + (mb - b) * wc;
       }
     }
-  });
-  if (bad) {
-    bad_target = bad_value;
+    Io::store_acc(m, ma, mb);
+    Io::store_acc(ls, sa, sb);
+    for (int64_t e = 0; e < kB; ++e) ls[e] = std::log(ls[e]);
+    if (smooth) Io::store_acc(wd, da, db);
+  }
+
+  // The positions' gradient (grad_row's formula) with per-lane coefficients
+  // a, c, onehot; t[e] < 0: an ignored lane, written as zeros; xt: the true
+  // classes' logits, read before (dx may be x). Not inlined, as
+  // grad_row_scaled: the fused forward and the backward run the same code.
+  [[gnu::noinline]] static void grad(const T* x, T* dx, int64_t C, int64_t cs, int64_t gs, const acc_t* w,
+                                     const Lanes& a, const Lanes& c, const Lanes& onehot, const Lanes& m,
+                                     const Lanes& ls, const int64_t (&t)[kB], const Lanes& xt) {
+    V aa, ab, ca, cb, ma, mb, la, lb;
+    Io::load_acc(a, aa, ab);
+    Io::load_acc(c, ca, cb);
+    Io::load_acc(m, ma, mb);
+    Io::load_acc(ls, la, lb);
+    for (int64_t j = 0; j < C; ++j) {
+      V u, v;
+      Io::load(x + j * cs, u, v);
+      const V wj(w != nullptr ? w[j] : acc_t(1));
+      Io::store(dx + j * gs, aa * vexp((u - ma) - la) - ca * wj, ab * vexp((v - mb) - lb) - cb * wj);
+    }
+    for (int64_t e = 0; e < kB; ++e) {
+      if (t[e] < 0) {
+        for (int64_t j = 0; j < C; ++j) dx[j * gs + e] = T(0);
+      } else {  // the true class from acc values: p_t - 1 keeps its small magnitude
+        dx[t[e] * gs + e] = static_cast<T>(a[e] * std::exp((xt[e] - m[e]) - ls[e]) -
+                                           c[e] * (w != nullptr ? w[t[e]] : acc_t(1)) - onehot[e]);
+      }
+    }
+  }
+};
+
+// grad_row_scaled's coefficients (a, c, onehot) for scale s (not inlined:
+// one rounding for the fused forward and the backward).
+template <typename acc_t>
+[[gnu::noinline]] void grad_coefficients(acc_t s, acc_t wt, acc_t W, acc_t eps, acc_t eps_c, acc_t& a, acc_t& c,
+                              acc_t& onehot) {
+  a = s * ((1 - eps) * wt + eps_c * W);
+  c = s * eps_c;
+  onehot = s * (1 - eps) * wt;
+}
+
+// A block of the (N, C, D) layout: unit u is sample u / blocks, positions
+// [p0, p0 + count) from (u % blocks) * kB.
+struct PositionBlock {
+  int64_t n, p0, count;
+  PositionBlock(int64_t u, int64_t D, int64_t B) : n(u / ((D + B - 1) / B)), p0((u % ((D + B - 1) / B)) * B) {
+    count = std::min(B, D - p0);
+  }
+};
+
+// What a forward call's rows share: its outputs, the weights, the total
+// weight of the non-ignored targets (first: the fused forward's gradient
+// rows of a mean are scaled by its inverse), and the first bad target.
+template <typename T>
+struct ForwardCall {
+  using acc_t = acc_of<T>;
+  const CeProblem& p;
+  const CeBuffers& b;
+  const T* logits;
+  const acc_t* w;
+  acc_t W, eps, eps_c;
+  bool smooth, none;
+  acc_t* stats_out;
+  acc_t* row_loss;  // mean / sum: the workspace; none: the output as acc_t (acc_loss)
+  T* loss_none;     // none: the output as T
+  acc_t total;
+  T* grad;          // the fused forward's gradient (grad_loss = 1)
+  acc_t grad_scale;
+  std::atomic<bool> bad{false};
+  std::atomic<int64_t> bad_value{0};
+
+  ForwardCall(const CePlan& plan, const CeBuffers& buffers, void* workspace)
+      : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), w(static_cast<const acc_t*>(b.weight)),
+        W(weight_sum<acc_t>(b, p.classes)), eps(static_cast<acc_t>(p.smoothing)),
+        eps_c(eps / static_cast<acc_t>(p.classes)), smooth(p.smoothing > 0), none(p.reduction == Reduction::None),
+        stats_out(static_cast<acc_t*>(b.row_stats)),
+        row_loss(none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace)),
+        loss_none(none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr),
+        total(total_weight(p, b.target, w)), grad(p.fused_grad ? static_cast<T*>(b.grad) : nullptr),
+        grad_scale(p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1)) {}
+
+  // A target inside [0, C) or ignore_index; any other is reported (once).
+  bool valid(int64_t t) {
+    if (t == p.ignore_index || (t >= 0 && t < p.classes)) return true;
+    if (!bad.exchange(true)) bad_value = t;
     return false;
   }
-  // The fixed-order tail: the sum of the per-row losses.
-  acc_t sum = 0;
-  if (!none)
-    for (int64_t r = 0; r < p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
-  *static_cast<acc_t*>(b.total_weight) = total;
-  if (!none) {
-    const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;
-    if (p.acc_loss) *static_cast<acc_t*>(b.loss) = value;
-    else *static_cast<T*>(b.loss) = static_cast<T>(value);
+  acc_t loss_of(int64_t t, acc_t xt, acc_t m, acc_t ls, acc_t wd) const {
+    const acc_t wt = w != nullptr ? w[t] : acc_t(1);
+    acc_t loss = (1 - eps) * wt * ((m - xt) + ls);
+    if (smooth) loss += eps_c * (W * ls + wd);
+    return loss;
   }
-  return true;
+  void store(int64_t r, acc_t m, acc_t ls, acc_t loss) {
+    stats_out[2 * r] = m;
+    stats_out[2 * r + 1] = ls;
+    if (loss_none != nullptr) loss_none[r] = static_cast<T>(loss);
+    else row_loss[r] = loss;
+  }
+  // The fixed-order tail: the sum of the per-row losses, the outputs.
+  bool finish(int64_t& bad_target) {
+    if (bad) {
+      bad_target = bad_value;
+      return false;
+    }
+    acc_t sum = 0;
+    if (!none)
+      for (int64_t r = 0; r < p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
+    *static_cast<acc_t*>(b.total_weight) = total;
+    if (!none) {
+      const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;
+      if (p.acc_loss) *static_cast<acc_t*>(b.loss) = value;
+      else *static_cast<T*>(b.loss) = static_cast<T>(value);
+    }
+    return true;
+  }
+};
+
+// One row of C classes (unit class stride) of a forward call: its
+// statistics, loss and, for the fused forward, its gradient into dx.
+template <typename T>
+void forward_row(ForwardCall<T>& f, int64_t r, const T* x, T* dx) {
+  using acc_t = acc_of<T>;
+  const int64_t t = read_target(f.p, f.b.target, r);
+  acc_t loss = 0, m = 0, ls = 0;
+  if (f.valid(t) && t != f.p.ignore_index) {
+    acc_t wd = 0;
+    row_stats(x, f.p.classes, f.w, f.smooth, m, ls, wd);
+    loss = f.loss_of(t, static_cast<acc_t>(x[t]), m, ls, wd);
+    if (dx != nullptr) {
+      grad_row_scaled(x, dx, f.p.classes, t, f.w, f.W, f.eps, f.eps_c, f.grad_scale, m, ls);
+      dx = nullptr;
+    }
+  }
+  if (dx != nullptr) std::fill(dx, dx + f.p.classes, T(0));
+  f.store(r, m, ls, loss);
 }
 
 template <typename T>
-bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
-  using acc_t = acc_of<T>;
+bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target);
+template <typename T>
+bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target);
+
+template <typename T>
+bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+  if (plan.problem.inner > 1) return forward_positions<T>(plan, b, workspace, bad_target);
   const CeProblem& p = plan.problem;
-  const int64_t C = p.classes;
-  const T* logits = static_cast<const T*>(b.logits);
-  T* grad = static_cast<T*>(b.grad);
-  const acc_t* w = static_cast<const acc_t*>(b.weight);
-  const acc_t W = weight_sum<acc_t>(b, C);
-  const acc_t eps = static_cast<acc_t>(p.smoothing);
-  const acc_t eps_c = eps / static_cast<acc_t>(C);
-  const acc_t* stats = static_cast<const acc_t*>(b.row_stats);
-  const acc_t* g = static_cast<const acc_t*>(b.grad_loss);
-  acc_t scalar_scale = p.reduction == Reduction::None ? acc_t(0) : g[0];
-  if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
-  if (p.reduction != Reduction::None && b.grad_one != nullptr) *static_cast<int*>(b.grad_one) = g[0] == acc_t(1);
-  std::atomic<bool> bad{false};
-  std::atomic<int64_t> bad_value{0};
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(C, 1)));
+  ForwardCall<T> f(plan, b, workspace);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
   at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* dx = grad + r * p.grad_row_stride;
-      const int64_t t = read_target(p, b.target, r);
-      if (t == p.ignore_index || t < 0 || t >= C) {
-        if (t != p.ignore_index && !bad.exchange(true)) bad_value = t;
-        std::fill(dx, dx + C, T(0));
+    for (int64_t r = begin; r < end; ++r)
+      forward_row(f, r, f.logits + r * p.row_stride, f.grad != nullptr ? f.grad + r * p.grad_row_stride : nullptr);
+  });
+  return f.finish(bad_target);
+}
+
+// A position's classes (stride cs) to a row and back (stride gs).
+template <typename T>
+void gather_classes(const T* x, int64_t C, int64_t cs, T* row) {
+  for (int64_t c = 0; c < C; ++c) row[c] = x[c * cs];
+}
+template <typename T>
+void scatter_classes(const T* row, int64_t C, int64_t gs, T* dx) {
+  for (int64_t c = 0; c < C; ++c) dx[c * gs] = row[c];
+}
+
+template <typename T>
+bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+  using acc_t = acc_of<T>;
+  using Pos = Positions<T>;
+  constexpr int64_t kB = Pos::kB;
+  const CeProblem& p = plan.problem;
+  ForwardCall<T> f(plan, b, workspace);
+  const int64_t C = p.classes, D = p.inner, cs = p.class_stride, gs = p.grad_class_stride;
+  const int64_t units = (p.rows / D) * ((D + kB - 1) / kB);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
+  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> row(2 * C);  // a tail position's classes and gradient
+    for (int64_t u = begin; u < end; ++u) {
+      const PositionBlock blk(u, D, kB);
+      const T* x = f.logits + blk.n * p.row_stride + blk.p0;
+      T* dx = f.grad != nullptr ? f.grad + blk.n * p.grad_row_stride + blk.p0 : nullptr;
+      const int64_t r0 = blk.n * D + blk.p0;
+      if (blk.count < kB) {
+        for (int64_t e = 0; e < blk.count; ++e) {
+          gather_classes(x + e, C, cs, row.data());
+          forward_row(f, r0 + e, row.data(), dx != nullptr ? row.data() + C : nullptr);
+          if (dx != nullptr) scatter_classes(row.data() + C, C, gs, dx + e);
+        }
         continue;
       }
-      const acc_t s = p.reduction == Reduction::None ? g[r] : scalar_scale;
-      grad_row_scaled(logits + r * p.row_stride, dx, C, t, w, W, eps, eps_c, s, stats[2 * r], stats[2 * r + 1]);
+      typename Pos::Lanes m, ls, wd, a, c, onehot, xt;
+      int64_t t[kB];
+      Pos::stats(x, C, cs, f.w, f.smooth, m, ls, wd);
+      for (int64_t e = 0; e < kB; ++e) {
+        t[e] = read_target(p, b.target, r0 + e);
+        acc_t loss = 0;
+        if (!f.valid(t[e]) || t[e] == p.ignore_index) {
+          t[e] = -1;
+          a[e] = c[e] = onehot[e] = xt[e] = 0;
+          f.store(r0 + e, 0, 0, 0);
+          continue;
+        }
+        xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
+        loss = f.loss_of(t[e], xt[e], m[e], ls[e], wd[e]);
+        grad_coefficients(f.grad_scale, f.w != nullptr ? f.w[t[e]] : acc_t(1), f.W, f.eps, f.eps_c, a[e], c[e],
+                          onehot[e]);
+        f.store(r0 + e, m[e], ls[e], loss);
+      }
+      if (dx != nullptr) Pos::grad(x, dx, C, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
     }
   });
-  if (bad) {
+  return f.finish(bad_target);
+}
+
+// What a backward call's rows share.
+template <typename T>
+struct BackwardCall {
+  using acc_t = acc_of<T>;
+  const CeProblem& p;
+  const CeBuffers& b;
+  const T* logits;
+  T* grad;
+  const acc_t* w;
+  acc_t W, eps, eps_c;
+  const acc_t* stats;
+  const acc_t* g;  // grad_loss
+  acc_t scalar_scale;
+  std::atomic<bool> bad{false};
+  std::atomic<int64_t> bad_value{0};
+
+  BackwardCall(const CePlan& plan, const CeBuffers& buffers)
+      : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), grad(static_cast<T*>(b.grad)),
+        w(static_cast<const acc_t*>(b.weight)), W(weight_sum<acc_t>(b, p.classes)),
+        eps(static_cast<acc_t>(p.smoothing)), eps_c(eps / static_cast<acc_t>(p.classes)),
+        stats(static_cast<const acc_t*>(b.row_stats)), g(static_cast<const acc_t*>(b.grad_loss)) {
+    scalar_scale = p.reduction == Reduction::None ? acc_t(0) : g[0];
+    if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
+    if (p.reduction != Reduction::None && b.grad_one != nullptr) *static_cast<int*>(b.grad_one) = g[0] == acc_t(1);
+  }
+  // The row's target, or -1 where it is ignored or out of range (reported once).
+  int64_t target(int64_t r) {
+    const int64_t t = read_target(p, b.target, r);
+    if (t == p.ignore_index) return -1;
+    if (t < 0 || t >= p.classes) {
+      if (!bad.exchange(true)) bad_value = t;
+      return -1;
+    }
+    return t;
+  }
+  acc_t scale(int64_t r) const { return p.reduction == Reduction::None ? g[r] : scalar_scale; }
+  void row(int64_t r, const T* x, T* dx) {
+    const int64_t t = target(r);
+    if (t < 0) {
+      std::fill(dx, dx + p.classes, T(0));
+      return;
+    }
+    grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, scale(r), stats[2 * r], stats[2 * r + 1]);
+  }
+  bool finish(int64_t& bad_target) {
+    if (!bad) return true;
     bad_target = bad_value;
     return false;
   }
-  return true;
+};
+
+template <typename T>
+bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
+  if (plan.problem.inner > 1) return backward_positions<T>(plan, b, bad_target);
+  const CeProblem& p = plan.problem;
+  BackwardCall<T> k(plan, b);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) k.row(r, k.logits + r * p.row_stride, k.grad + r * p.grad_row_stride);
+  });
+  return k.finish(bad_target);
+}
+
+template <typename T>
+bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
+  using acc_t = acc_of<T>;
+  using Pos = Positions<T>;
+  constexpr int64_t kB = Pos::kB;
+  const CeProblem& p = plan.problem;
+  BackwardCall<T> k(plan, b);
+  const int64_t C = p.classes, D = p.inner, cs = p.class_stride, gs = p.grad_class_stride;
+  const int64_t units = (p.rows / D) * ((D + kB - 1) / kB);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
+  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> row(2 * C);  // a tail position's classes and gradient
+    for (int64_t u = begin; u < end; ++u) {
+      const PositionBlock blk(u, D, kB);
+      const T* x = k.logits + blk.n * p.row_stride + blk.p0;
+      T* dx = k.grad + blk.n * p.grad_row_stride + blk.p0;
+      const int64_t r0 = blk.n * D + blk.p0;
+      if (blk.count < kB) {
+        for (int64_t e = 0; e < blk.count; ++e) {
+          gather_classes(x + e, C, cs, row.data());
+          k.row(r0 + e, row.data(), row.data() + C);
+          scatter_classes(row.data() + C, C, gs, dx + e);
+        }
+        continue;
+      }
+      typename Pos::Lanes m, ls, a, c, onehot, xt;
+      int64_t t[kB];
+      for (int64_t e = 0; e < kB; ++e) {
+        t[e] = k.target(r0 + e);
+        m[e] = k.stats[2 * (r0 + e)];
+        ls[e] = k.stats[2 * (r0 + e) + 1];
+        if (t[e] < 0) {
+          a[e] = c[e] = onehot[e] = xt[e] = 0;
+          continue;
+        }
+        xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
+        grad_coefficients(k.scale(r0 + e), k.w != nullptr ? k.w[t[e]] : acc_t(1), k.W, k.eps, k.eps_c, a[e], c[e],
+                          onehot[e]);
+      }
+      Pos::grad(x, dx, C, cs, gs, k.w, a, c, onehot, m, ls, t, xt);
+    }
+  });
+  return k.finish(bad_target);
 }
 
 template <typename F>

@@ -96,10 +96,10 @@ int64_t row_stride_of(const at::Tensor& t) {
 int64_t rows_of(const at::Tensor& x) { return x.dim() == 3 ? x.size(0) * x.size(2) : x.size(0); }
 
 // (N, C, D) logits the kernels do not read as they are (ce_reads_layout:
-// CPU, few positions, D = 1): rows of C classes, a copy in the positions'
+// few positions, D = 1): rows of C classes, a copy in the positions'
 // order; and a gradient of such rows back into (N, C, D).
 bool through_rows(const at::Tensor& x) {
-  return x.dim() == 3 && (x.size(2) == 1 || !ce_reads_layout(x.device().type(), rows_of(x)));
+  return x.dim() == 3 && !ce_reads_layout(x.device().type(), rows_of(x), x.size(2));
 }
 at::Tensor as_rows(const at::Tensor& x) { return x.movedim(1, 2).reshape({-1, x.size(1)}).contiguous(); }
 void rows_into(at::Tensor& grad, const at::Tensor& rows) {
@@ -364,8 +364,8 @@ std::tuple<std::string, int64_t, bool, std::string, std::vector<int64_t>> plan_i
   p.classes = classes;
   p.row_stride = stride;
   p.grad_row_stride = classes;
-  if (logits.dim() >= 3 && classes > 0 && logits.size(0) > 0 && rows / logits.size(0) > 1 &&
-      ce_reads_layout(p.device_type, rows)) {  // eager CUDA calls read (N, C, d...) as it is
+  if (logits.dim() >= 3 && classes > 0 && logits.size(0) > 0 &&
+      ce_reads_layout(p.device_type, rows, rows / logits.size(0))) {  // eager calls read (N, C, d...) as it is
     p.inner = p.class_stride = p.grad_class_stride = rows / logits.size(0);
     p.row_stride = p.grad_row_stride = classes * p.inner;
   }

@@ -145,11 +145,15 @@ static int cuda_lanes(const CeProblem& p) {
 // A thread a position keeps kLaneUnroll loads in flight: fewer positions
 // than this leave the memory idle, and rows of C classes (a copy, then the
 // lanes or block kernels) are faster.
+// On CPU, D under 16 positions (an AVX2 pair of float32 vectors) would go
+// mostly position by position.
 constexpr int64_t kMinLayoutPositions = 65536;
-bool ce_reads_layout(c10::DeviceType device, int64_t positions) {
-  if (device != c10::DeviceType::CUDA) return false;
+constexpr int64_t kMinCpuLayoutInner = 16;
+bool ce_reads_layout(c10::DeviceType device, int64_t positions, int64_t inner) {
+  if (inner <= 1) return false;
   if (const char* env = std::getenv("SOFTMAX_EXT_CE_LAYOUT")) return env[0] == '1';
-  return positions >= kMinLayoutPositions;
+  if (device == c10::DeviceType::CUDA) return positions >= kMinLayoutPositions;
+  return inner >= kMinCpuLayoutInner;
 }
 
 CePlan select_ce(const CeProblem& problem, bool backward) {
@@ -189,10 +193,8 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;
-    plan.kernel = std::string(backward             ? "cpu.ce_rows_backward."
-                              : problem.fused_grad ? "cpu.ce_rows_fused_grad."
-                                                   : "cpu.ce_rows.") +
-                  tag;
+    const std::string shape = problem.inner > 1 ? "cpu.ce_positions" : "cpu.ce_rows";
+    plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   }
   plan.workspace_bytes = workspace_size_ce(plan, backward);
   return plan;

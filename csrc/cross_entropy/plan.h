@@ -142,11 +142,12 @@ struct CeBuffers {
   void* grad_one = nullptr;  // backward, mean / sum: grad_one_flag() of the device
 };
 
-// Whether the kernels read (N, C, D) logits as they are (CUDA, enough
-// positions N * D to keep the memory busy with a thread each; lanes.cuh)
-// instead of through a copy to rows of C classes (ops.cpp).
-// SOFTMAX_EXT_CE_LAYOUT=0|1 overrides the choice (A/B runs).
-bool ce_reads_layout(c10::DeviceType device, int64_t positions);
+// Whether the kernels read (N, C, D) logits as they are instead of through
+// a copy to rows of C classes (ops.cpp): CUDA, enough positions N * D to
+// keep the memory busy with a thread each (lanes.cuh); CPU, D of at least
+// a vector pair of positions (cpu_kernels.h). SOFTMAX_EXT_CE_LAYOUT=0|1
+// overrides the choice (A/B runs).
+bool ce_reads_layout(c10::DeviceType device, int64_t positions, int64_t inner);
 
 CePlan select_ce(const CeProblem& problem, bool backward);
 // Empty string when the buffers fit the plan, else what is wrong.
