@@ -548,22 +548,27 @@ def _assert_inplace_matches(x, t):
     assert torch.equal(logits.detach(), a.grad)
 
 
-@requires_cuda
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_cuda_short_rows(dtype):
-    """Rows of a few classes take the lanes kernels (a few lanes of a warp a
-    row): every lane count, class counts around each lane boundary, every
-    reduction and configuration, rows off any alignment; the fused forward,
-    the plain forward + backward op and a no_grad call give the same bits."""
+def test_short_rows(device, dtype):
+    """Rows of a few classes: on CUDA the lanes kernels (a few lanes of a
+    warp a row; every lane count, class counts around each lane boundary),
+    on CPU a vector lane a row under 16 classes (blocks of rows and a
+    partial last block); every reduction and configuration, rows off any
+    alignment; the fused forward, the plain forward + backward op and a
+    no_grad call give the same bits."""
     for classes, lanes in ((1, 1), (2, 1), (8, 1), (9, 2), (21, 4), (64, 8), (65, 16), (255, 32), (1000, 32)):
         if classes * torch.empty((), dtype=dtype).element_size() > 4096:
             continue
-        plan = softmax_ext.plan(torch.empty(5, classes, device="cuda", dtype=dtype), kind="cross_entropy")
-        assert plan.kernel == f"cuda.ce_lanes{lanes}.{TAGS[dtype]}", plan.kernel
+        plan = softmax_ext.plan(torch.empty(5, classes, device=device, dtype=dtype), kind="cross_entropy")
+        if device == "cuda":
+            assert plan.kernel == f"cuda.ce_lanes{lanes}.{TAGS[dtype]}", plan.kernel
+        else:
+            assert plan.kernel == f"cpu.ce_{'short_rows' if classes < 16 else 'rows'}.{TAGS[dtype]}", plan.kernel
         for i, (reduction, config) in enumerate((("mean", "all"), ("sum", "plain"), ("none", "weight"),
                                                  ("mean", "smooth"))):
             cfg = CONFIGS[config]
-            x, t, w = _inputs(70, classes + 1, dtype, "cuda", seed=30 + i, ignore=cfg.get("ignore", False),
+            x, t, w = _inputs(70, classes + 1, dtype, device, seed=30 + i, ignore=cfg.get("ignore", False),
                               weight=cfg.get("weight", False))
             x, t = x[:, 1:], t.clamp(max=classes - 1)  # rows off 16-byte boundaries, a row stride of C + 1
             w = w[1:] if w is not None else None

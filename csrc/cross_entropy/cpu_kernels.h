@@ -392,10 +392,15 @@ template <typename T>
 bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target);
 template <typename T>
 bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target);
+template <typename T>
+bool forward_short_rows(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target);
+template <typename T>
+bool backward_short_rows(const CePlan& plan, const CeBuffers& b, int64_t& bad_target);
 
 template <typename T>
 bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
   if (plan.problem.inner > 1) return forward_positions<T>(plan, b, workspace, bad_target);
+  if (plan.problem.classes < kShortRowClasses) return forward_short_rows<T>(plan, b, workspace, bad_target);
   const CeProblem& p = plan.problem;
   ForwardCall<T> f(plan, b, workspace);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
@@ -416,9 +421,34 @@ void scatter_classes(const T* row, int64_t C, int64_t gs, T* dx) {
   for (int64_t c = 0; c < C; ++c) dx[c * gs] = row[c];
 }
 
+// kB rows r0.. of a forward call as positions: class c of lane e at
+// x[c * cs + e], its gradient (the fused forward) at dx[c * gs + e].
+template <typename T>
+void forward_block(ForwardCall<T>& f, int64_t r0, const T* x, int64_t cs, T* dx, int64_t gs) {
+  using acc_t = acc_of<T>;
+  using Pos = Positions<T>;
+  constexpr int64_t kB = Pos::kB;
+  typename Pos::Lanes m, ls, wd, a, c, onehot, xt;
+  int64_t t[kB];
+  Pos::stats(x, f.p.classes, cs, f.w, f.smooth, m, ls, wd);
+  for (int64_t e = 0; e < kB; ++e) {
+    t[e] = read_target(f.p, f.b.target, r0 + e);
+    if (!f.valid(t[e]) || t[e] == f.p.ignore_index) {
+      t[e] = -1;
+      a[e] = c[e] = onehot[e] = xt[e] = 0;
+      f.store(r0 + e, 0, 0, 0);
+      continue;
+    }
+    xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
+    grad_coefficients(f.grad_scale, f.w != nullptr ? f.w[t[e]] : acc_t(1), f.W, f.eps, f.eps_c, a[e], c[e],
+                      onehot[e]);
+    f.store(r0 + e, m[e], ls[e], f.loss_of(t[e], xt[e], m[e], ls[e], wd[e]));
+  }
+  if (dx != nullptr) Pos::grad(x, dx, f.p.classes, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
+}
+
 template <typename T>
 bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
-  using acc_t = acc_of<T>;
   using Pos = Positions<T>;
   constexpr int64_t kB = Pos::kB;
   const CeProblem& p = plan.problem;
@@ -441,25 +471,7 @@ bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, 
         }
         continue;
       }
-      typename Pos::Lanes m, ls, wd, a, c, onehot, xt;
-      int64_t t[kB];
-      Pos::stats(x, C, cs, f.w, f.smooth, m, ls, wd);
-      for (int64_t e = 0; e < kB; ++e) {
-        t[e] = read_target(p, b.target, r0 + e);
-        acc_t loss = 0;
-        if (!f.valid(t[e]) || t[e] == p.ignore_index) {
-          t[e] = -1;
-          a[e] = c[e] = onehot[e] = xt[e] = 0;
-          f.store(r0 + e, 0, 0, 0);
-          continue;
-        }
-        xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
-        loss = f.loss_of(t[e], xt[e], m[e], ls[e], wd[e]);
-        grad_coefficients(f.grad_scale, f.w != nullptr ? f.w[t[e]] : acc_t(1), f.W, f.eps, f.eps_c, a[e], c[e],
-                          onehot[e]);
-        f.store(r0 + e, m[e], ls[e], loss);
-      }
-      if (dx != nullptr) Pos::grad(x, dx, C, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
+      forward_block(f, r0, x, cs, dx, gs);
     }
   });
   return f.finish(bad_target);
@@ -519,6 +531,7 @@ struct BackwardCall {
 template <typename T>
 bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
   if (plan.problem.inner > 1) return backward_positions<T>(plan, b, bad_target);
+  if (plan.problem.classes < kShortRowClasses) return backward_short_rows<T>(plan, b, bad_target);
   const CeProblem& p = plan.problem;
   BackwardCall<T> k(plan, b);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
@@ -528,9 +541,31 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   return k.finish(bad_target);
 }
 
+// kB rows r0.. of a backward call as positions (forward_block's layout).
+template <typename T>
+void backward_block(BackwardCall<T>& k, int64_t r0, const T* x, int64_t cs, T* dx, int64_t gs) {
+  using acc_t = acc_of<T>;
+  using Pos = Positions<T>;
+  constexpr int64_t kB = Pos::kB;
+  typename Pos::Lanes m, ls, a, c, onehot, xt;
+  int64_t t[kB];
+  for (int64_t e = 0; e < kB; ++e) {
+    t[e] = k.target(r0 + e);
+    m[e] = k.stats[2 * (r0 + e)];
+    ls[e] = k.stats[2 * (r0 + e) + 1];
+    if (t[e] < 0) {
+      a[e] = c[e] = onehot[e] = xt[e] = 0;
+      continue;
+    }
+    xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
+    grad_coefficients(k.scale(r0 + e), k.w != nullptr ? k.w[t[e]] : acc_t(1), k.W, k.eps, k.eps_c, a[e], c[e],
+                      onehot[e]);
+  }
+  Pos::grad(x, dx, k.p.classes, cs, gs, k.w, a, c, onehot, m, ls, t, xt);
+}
+
 template <typename T>
 bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
-  using acc_t = acc_of<T>;
   using Pos = Positions<T>;
   constexpr int64_t kB = Pos::kB;
   const CeProblem& p = plan.problem;
@@ -553,21 +588,76 @@ bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_tar
         }
         continue;
       }
-      typename Pos::Lanes m, ls, a, c, onehot, xt;
-      int64_t t[kB];
-      for (int64_t e = 0; e < kB; ++e) {
-        t[e] = k.target(r0 + e);
-        m[e] = k.stats[2 * (r0 + e)];
-        ls[e] = k.stats[2 * (r0 + e) + 1];
-        if (t[e] < 0) {
-          a[e] = c[e] = onehot[e] = xt[e] = 0;
-          continue;
-        }
-        xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
-        grad_coefficients(k.scale(r0 + e), k.w != nullptr ? k.w[t[e]] : acc_t(1), k.W, k.eps, k.eps_c, a[e], c[e],
-                          onehot[e]);
+      backward_block(k, r0, x, cs, dx, gs);
+    }
+  });
+  return k.finish(bad_target);
+}
+
+// Short rows (fewer than kShortRowClasses classes: the row kernels' vector
+// loops would not run): kB rows at a time, their classes gathered into a
+// block of C x kB (a lane a row) for the positions' kernels, the gradient
+// scattered back; the last, partial block row by row.
+template <typename T>
+struct ShortRows {
+  static constexpr int64_t kB = Positions<T>::kB;
+  std::vector<T> block;  // the classes, then the gradient
+  explicit ShortRows(int64_t C) : block(2 * C * kB) {}
+  T* gather(const T* x, int64_t C, int64_t row_stride) {
+    for (int64_t e = 0; e < kB; ++e)
+      for (int64_t c = 0; c < C; ++c) block[c * kB + e] = x[e * row_stride + c];
+    return block.data();
+  }
+  T* grad(int64_t C) { return block.data() + C * kB; }
+  void scatter(T* dx, int64_t C, int64_t row_stride) {
+    const T* g = grad(C);
+    for (int64_t e = 0; e < kB; ++e)
+      for (int64_t c = 0; c < C; ++c) dx[e * row_stride + c] = g[c * kB + e];
+  }
+};
+
+template <typename T>
+bool forward_short_rows(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+  constexpr int64_t kB = ShortRows<T>::kB;
+  const CeProblem& p = plan.problem;
+  ForwardCall<T> f(plan, b, workspace);
+  const int64_t C = p.classes;
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
+  at::parallel_for(0, (p.rows + kB - 1) / kB, grain, [&](int64_t begin, int64_t end) {
+    ShortRows<T> rows(C);
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t r0 = u * kB;
+      T* dx = f.grad != nullptr ? f.grad + r0 * p.grad_row_stride : nullptr;
+      if (p.rows - r0 < kB) {
+        for (int64_t r = r0; r < p.rows; ++r)
+          forward_row(f, r, f.logits + r * p.row_stride, dx != nullptr ? f.grad + r * p.grad_row_stride : nullptr);
+        continue;
       }
-      Pos::grad(x, dx, C, cs, gs, k.w, a, c, onehot, m, ls, t, xt);
+      forward_block(f, r0, rows.gather(f.logits + r0 * p.row_stride, C, p.row_stride), kB,
+                    dx != nullptr ? rows.grad(C) : nullptr, kB);
+      if (dx != nullptr) rows.scatter(dx, C, p.grad_row_stride);
+    }
+  });
+  return f.finish(bad_target);
+}
+
+template <typename T>
+bool backward_short_rows(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
+  constexpr int64_t kB = ShortRows<T>::kB;
+  const CeProblem& p = plan.problem;
+  BackwardCall<T> k(plan, b);
+  const int64_t C = p.classes;
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
+  at::parallel_for(0, (p.rows + kB - 1) / kB, grain, [&](int64_t begin, int64_t end) {
+    ShortRows<T> rows(C);
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t r0 = u * kB;
+      if (p.rows - r0 < kB) {
+        for (int64_t r = r0; r < p.rows; ++r) k.row(r, k.logits + r * p.row_stride, k.grad + r * p.grad_row_stride);
+        continue;
+      }
+      backward_block(k, r0, rows.gather(k.logits + r0 * p.row_stride, C, p.row_stride), kB, rows.grad(C), kB);
+      rows.scatter(k.grad + r0 * p.grad_row_stride, C, p.grad_row_stride);
     }
   });
   return k.finish(bad_target);

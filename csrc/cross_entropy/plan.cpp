@@ -193,7 +193,9 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;
-    const std::string shape = problem.inner > 1 ? "cpu.ce_positions" : "cpu.ce_rows";
+    const std::string shape = problem.inner > 1                     ? "cpu.ce_positions"
+                              : problem.classes < kShortRowClasses ? "cpu.ce_short_rows"
+                                                                   : "cpu.ce_rows";
     plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   }
   plan.workspace_bytes = workspace_size_ce(plan, backward);

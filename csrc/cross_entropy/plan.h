@@ -82,6 +82,10 @@ inline int64_t ce_reduce_parts(int64_t rows) {
   return parts < kMaxReduceParts ? parts : kMaxReduceParts;
 }
 
+// CPU rows of fewer classes than this go a vector lane a row
+// (cpu.ce_short_rows, cpu_kernels.h).
+constexpr int64_t kShortRowClasses = 16;
+
 // The most blocks a row is split over (the portable cluster size).
 constexpr int kMaxRowSplit = 8;
 // The pieces one block folds a row in as a cluster would (block_parts).
