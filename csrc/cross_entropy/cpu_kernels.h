@@ -10,7 +10,9 @@
 // scaled; the true class is fixed up from f32 (f64) values after the vector
 // loop, which also makes the in-place variant (grad over the logits) safe.
 // The mean / sum is a sequential sum of the per-row losses: fixed order,
-// bit-identical whatever the thread count.
+// bit-identical whatever the thread count. (N, C, d...) logits (inner > 1)
+// and rows of fewer than kShortRowClasses classes go a vector lane a
+// position / row instead (Positions, walk_positions, walk_short_rows).
 #pragma once
 
 #ifndef CPU_CAPABILITY
@@ -300,17 +302,39 @@ struct PositionBlock {
   }
 };
 
-// What a forward call's rows share: its outputs, the weights, the total
-// weight of the non-ignored targets (first: the fused forward's gradient
-// rows of a mean are scaled by its inverse), and the first bad target.
+// What the calls of both directions share: the problem and its buffers,
+// the weights and smoothing constants, and the first bad target.
 template <typename T>
-struct ForwardCall {
+struct CallBase {
   using acc_t = acc_of<T>;
   const CeProblem& p;
   const CeBuffers& b;
   const T* logits;
   const acc_t* w;
   acc_t W, eps, eps_c;
+  std::atomic<bool> bad{false};
+  std::atomic<int64_t> bad_value{0};
+
+  CallBase(const CePlan& plan, const CeBuffers& buffers)
+      : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), w(static_cast<const acc_t*>(b.weight)),
+        W(weight_sum<acc_t>(b, p.classes)), eps(static_cast<acc_t>(p.smoothing)),
+        eps_c(eps / static_cast<acc_t>(p.classes)) {}
+  void report(int64_t t) {
+    if (!bad.exchange(true)) bad_value = t;
+  }
+  bool ok(int64_t& bad_target) const {
+    if (!bad) return true;
+    bad_target = bad_value;
+    return false;
+  }
+};
+
+// A forward call's outputs, and the total weight of the non-ignored
+// targets (first: the fused forward's gradient rows of a mean are scaled by
+// its inverse).
+template <typename T>
+struct ForwardCall : CallBase<T> {
+  using acc_t = acc_of<T>;
   bool smooth, none;
   acc_t* stats_out;
   acc_t* row_loss;  // mean / sum: the workspace; none: the output as acc_t (acc_loss)
@@ -318,29 +342,27 @@ struct ForwardCall {
   acc_t total;
   T* grad;          // the fused forward's gradient (grad_loss = 1)
   acc_t grad_scale;
-  std::atomic<bool> bad{false};
-  std::atomic<int64_t> bad_value{0};
 
   ForwardCall(const CePlan& plan, const CeBuffers& buffers, void* workspace)
-      : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), w(static_cast<const acc_t*>(b.weight)),
-        W(weight_sum<acc_t>(b, p.classes)), eps(static_cast<acc_t>(p.smoothing)),
-        eps_c(eps / static_cast<acc_t>(p.classes)), smooth(p.smoothing > 0), none(p.reduction == Reduction::None),
-        stats_out(static_cast<acc_t*>(b.row_stats)),
-        row_loss(none ? (p.acc_loss ? static_cast<acc_t*>(b.loss) : nullptr) : static_cast<acc_t*>(workspace)),
-        loss_none(none && !p.acc_loss ? static_cast<T*>(b.loss) : nullptr),
-        total(total_weight(p, b.target, w)), grad(p.fused_grad ? static_cast<T*>(b.grad) : nullptr),
-        grad_scale(p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1)) {}
+      : CallBase<T>(plan, buffers), smooth(this->p.smoothing > 0), none(this->p.reduction == Reduction::None),
+        stats_out(static_cast<acc_t*>(this->b.row_stats)),
+        row_loss(none ? (this->p.acc_loss ? static_cast<acc_t*>(this->b.loss) : nullptr)
+                      : static_cast<acc_t*>(workspace)),
+        loss_none(none && !this->p.acc_loss ? static_cast<T*>(this->b.loss) : nullptr),
+        total(total_weight(this->p, this->b.target, this->w)),
+        grad(this->p.fused_grad ? static_cast<T*>(this->b.grad) : nullptr),
+        grad_scale(this->p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1)) {}
 
   // A target inside [0, C) or ignore_index; any other is reported (once).
   bool valid(int64_t t) {
-    if (t == p.ignore_index || (t >= 0 && t < p.classes)) return true;
-    if (!bad.exchange(true)) bad_value = t;
+    if (t == this->p.ignore_index || (t >= 0 && t < this->p.classes)) return true;
+    this->report(t);
     return false;
   }
   acc_t loss_of(int64_t t, acc_t xt, acc_t m, acc_t ls, acc_t wd) const {
-    const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-    acc_t loss = (1 - eps) * wt * ((m - xt) + ls);
-    if (smooth) loss += eps_c * (W * ls + wd);
+    const acc_t wt = this->w != nullptr ? this->w[t] : acc_t(1);
+    acc_t loss = (1 - this->eps) * wt * ((m - xt) + ls);
+    if (smooth) loss += this->eps_c * (this->W * ls + wd);
     return loss;
   }
   void store(int64_t r, acc_t m, acc_t ls, acc_t loss) {
@@ -351,18 +373,15 @@ struct ForwardCall {
   }
   // The fixed-order tail: the sum of the per-row losses, the outputs.
   bool finish(int64_t& bad_target) {
-    if (bad) {
-      bad_target = bad_value;
-      return false;
-    }
+    if (!this->ok(bad_target)) return false;
     acc_t sum = 0;
     if (!none)
-      for (int64_t r = 0; r < p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
-    *static_cast<acc_t*>(b.total_weight) = total;
+      for (int64_t r = 0; r < this->p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
+    *static_cast<acc_t*>(this->b.total_weight) = total;
     if (!none) {
-      const acc_t value = p.reduction == Reduction::Mean ? sum / total : sum;
-      if (p.acc_loss) *static_cast<acc_t*>(b.loss) = value;
-      else *static_cast<T*>(b.loss) = static_cast<T>(value);
+      const acc_t value = this->p.reduction == Reduction::Mean ? sum / total : sum;
+      if (this->p.acc_loss) *static_cast<acc_t*>(this->b.loss) = value;
+      else *static_cast<T*>(this->b.loss) = static_cast<T>(value);
     }
     return true;
   }
@@ -388,28 +407,7 @@ void forward_row(ForwardCall<T>& f, int64_t r, const T* x, T* dx) {
   f.store(r, m, ls, loss);
 }
 
-template <typename T>
-bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target);
-template <typename T>
-bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target);
-template <typename T>
-bool forward_short_rows(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target);
-template <typename T>
-bool backward_short_rows(const CePlan& plan, const CeBuffers& b, int64_t& bad_target);
 
-template <typename T>
-bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
-  if (plan.problem.inner > 1) return forward_positions<T>(plan, b, workspace, bad_target);
-  if (plan.problem.classes < kShortRowClasses) return forward_short_rows<T>(plan, b, workspace, bad_target);
-  const CeProblem& p = plan.problem;
-  ForwardCall<T> f(plan, b, workspace);
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      forward_row(f, r, f.logits + r * p.row_stride, f.grad != nullptr ? f.grad + r * p.grad_row_stride : nullptr);
-  });
-  return f.finish(bad_target);
-}
 
 // A position's classes (stride cs) to a row and back (stride gs).
 template <typename T>
@@ -447,12 +445,13 @@ void forward_block(ForwardCall<T>& f, int64_t r0, const T* x, int64_t cs, T* dx,
   if (dx != nullptr) Pos::grad(x, dx, f.p.classes, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
 }
 
-template <typename T>
-bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
-  using Pos = Positions<T>;
-  constexpr int64_t kB = Pos::kB;
-  const CeProblem& p = plan.problem;
-  ForwardCall<T> f(plan, b, workspace);
+// The (N, C, D) loop of both directions: fixed blocks of kB positions
+// (block(r0, x, cs, dx, gs)), the last partial block of a sample position by
+// position, its classes gathered to a row (row(r, x_row, dx_row); dx_row
+// null where grad is).
+template <typename T, typename Block, typename Row>
+void walk_positions(const CeProblem& p, const T* logits, T* grad, const Block& block, const Row& row_fn) {
+  constexpr int64_t kB = Positions<T>::kB;
   const int64_t C = p.classes, D = p.inner, cs = p.class_stride, gs = p.grad_class_stride;
   const int64_t units = (p.rows / D) * ((D + kB - 1) / kB);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
@@ -460,86 +459,64 @@ bool forward_positions(const CePlan& plan, const CeBuffers& b, void* workspace, 
     std::vector<T> row(2 * C);  // a tail position's classes and gradient
     for (int64_t u = begin; u < end; ++u) {
       const PositionBlock blk(u, D, kB);
-      const T* x = f.logits + blk.n * p.row_stride + blk.p0;
-      T* dx = f.grad != nullptr ? f.grad + blk.n * p.grad_row_stride + blk.p0 : nullptr;
+      const T* x = logits + blk.n * p.row_stride + blk.p0;
+      T* dx = grad != nullptr ? grad + blk.n * p.grad_row_stride + blk.p0 : nullptr;
       const int64_t r0 = blk.n * D + blk.p0;
-      if (blk.count < kB) {
-        for (int64_t e = 0; e < blk.count; ++e) {
-          gather_classes(x + e, C, cs, row.data());
-          forward_row(f, r0 + e, row.data(), dx != nullptr ? row.data() + C : nullptr);
-          if (dx != nullptr) scatter_classes(row.data() + C, C, gs, dx + e);
-        }
+      if (blk.count == kB) {
+        block(r0, x, cs, dx, gs);
         continue;
       }
-      forward_block(f, r0, x, cs, dx, gs);
+      for (int64_t e = 0; e < blk.count; ++e) {
+        gather_classes(x + e, C, cs, row.data());
+        row_fn(r0 + e, row.data(), dx != nullptr ? row.data() + C : nullptr);
+        if (dx != nullptr) scatter_classes(row.data() + C, C, gs, dx + e);
+      }
     }
   });
-  return f.finish(bad_target);
 }
 
-// What a backward call's rows share.
+
+// A backward call's gradient, statistics and incoming gradient.
 template <typename T>
-struct BackwardCall {
+struct BackwardCall : CallBase<T> {
   using acc_t = acc_of<T>;
-  const CeProblem& p;
-  const CeBuffers& b;
-  const T* logits;
   T* grad;
-  const acc_t* w;
-  acc_t W, eps, eps_c;
   const acc_t* stats;
   const acc_t* g;  // grad_loss
   acc_t scalar_scale;
-  std::atomic<bool> bad{false};
-  std::atomic<int64_t> bad_value{0};
 
   BackwardCall(const CePlan& plan, const CeBuffers& buffers)
-      : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), grad(static_cast<T*>(b.grad)),
-        w(static_cast<const acc_t*>(b.weight)), W(weight_sum<acc_t>(b, p.classes)),
-        eps(static_cast<acc_t>(p.smoothing)), eps_c(eps / static_cast<acc_t>(p.classes)),
-        stats(static_cast<const acc_t*>(b.row_stats)), g(static_cast<const acc_t*>(b.grad_loss)) {
-    scalar_scale = p.reduction == Reduction::None ? acc_t(0) : g[0];
-    if (p.reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(b.total_weight);
-    if (p.reduction != Reduction::None && b.grad_one != nullptr) *static_cast<int*>(b.grad_one) = g[0] == acc_t(1);
+      : CallBase<T>(plan, buffers), grad(static_cast<T*>(this->b.grad)),
+        stats(static_cast<const acc_t*>(this->b.row_stats)), g(static_cast<const acc_t*>(this->b.grad_loss)) {
+    const Reduction reduction = this->p.reduction;
+    scalar_scale = reduction == Reduction::None ? acc_t(0) : g[0];
+    if (reduction == Reduction::Mean) scalar_scale /= *static_cast<const acc_t*>(this->b.total_weight);
+    if (reduction != Reduction::None && this->b.grad_one != nullptr)
+      *static_cast<int*>(this->b.grad_one) = g[0] == acc_t(1);
   }
   // The row's target, or -1 where it is ignored or out of range (reported once).
   int64_t target(int64_t r) {
-    const int64_t t = read_target(p, b.target, r);
-    if (t == p.ignore_index) return -1;
-    if (t < 0 || t >= p.classes) {
-      if (!bad.exchange(true)) bad_value = t;
+    const int64_t t = read_target(this->p, this->b.target, r);
+    if (t == this->p.ignore_index) return -1;
+    if (t < 0 || t >= this->p.classes) {
+      this->report(t);
       return -1;
     }
     return t;
   }
-  acc_t scale(int64_t r) const { return p.reduction == Reduction::None ? g[r] : scalar_scale; }
+  acc_t scale(int64_t r) const { return this->p.reduction == Reduction::None ? g[r] : scalar_scale; }
   void row(int64_t r, const T* x, T* dx) {
     const int64_t t = target(r);
     if (t < 0) {
-      std::fill(dx, dx + p.classes, T(0));
+      std::fill(dx, dx + this->p.classes, T(0));
       return;
     }
-    grad_row_scaled(x, dx, p.classes, t, w, W, eps, eps_c, scale(r), stats[2 * r], stats[2 * r + 1]);
+    grad_row_scaled(x, dx, this->p.classes, t, this->w, this->W, this->eps, this->eps_c, scale(r), stats[2 * r],
+                    stats[2 * r + 1]);
   }
-  bool finish(int64_t& bad_target) {
-    if (!bad) return true;
-    bad_target = bad_value;
-    return false;
-  }
+  bool finish(int64_t& bad_target) const { return this->ok(bad_target); }
 };
 
-template <typename T>
-bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
-  if (plan.problem.inner > 1) return backward_positions<T>(plan, b, bad_target);
-  if (plan.problem.classes < kShortRowClasses) return backward_short_rows<T>(plan, b, bad_target);
-  const CeProblem& p = plan.problem;
-  BackwardCall<T> k(plan, b);
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) k.row(r, k.logits + r * p.row_stride, k.grad + r * p.grad_row_stride);
-  });
-  return k.finish(bad_target);
-}
 
 // kB rows r0.. of a backward call as positions (forward_block's layout).
 template <typename T>
@@ -564,35 +541,6 @@ void backward_block(BackwardCall<T>& k, int64_t r0, const T* x, int64_t cs, T* d
   Pos::grad(x, dx, k.p.classes, cs, gs, k.w, a, c, onehot, m, ls, t, xt);
 }
 
-template <typename T>
-bool backward_positions(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
-  using Pos = Positions<T>;
-  constexpr int64_t kB = Pos::kB;
-  const CeProblem& p = plan.problem;
-  BackwardCall<T> k(plan, b);
-  const int64_t C = p.classes, D = p.inner, cs = p.class_stride, gs = p.grad_class_stride;
-  const int64_t units = (p.rows / D) * ((D + kB - 1) / kB);
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
-  at::parallel_for(0, units, grain, [&](int64_t begin, int64_t end) {
-    std::vector<T> row(2 * C);  // a tail position's classes and gradient
-    for (int64_t u = begin; u < end; ++u) {
-      const PositionBlock blk(u, D, kB);
-      const T* x = k.logits + blk.n * p.row_stride + blk.p0;
-      T* dx = k.grad + blk.n * p.grad_row_stride + blk.p0;
-      const int64_t r0 = blk.n * D + blk.p0;
-      if (blk.count < kB) {
-        for (int64_t e = 0; e < blk.count; ++e) {
-          gather_classes(x + e, C, cs, row.data());
-          k.row(r0 + e, row.data(), row.data() + C);
-          scatter_classes(row.data() + C, C, gs, dx + e);
-        }
-        continue;
-      }
-      backward_block(k, r0, x, cs, dx, gs);
-    }
-  });
-  return k.finish(bad_target);
-}
 
 // Short rows (fewer than kShortRowClasses classes: the row kernels' vector
 // loops would not run): kB rows at a time, their classes gathered into a
@@ -616,50 +564,69 @@ struct ShortRows {
   }
 };
 
-template <typename T>
-bool forward_short_rows(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+// The short rows' loop of both directions: blocks of kB rows gathered
+// (block(r0, x, cs, dx, gs) on the gathered block), the last partial block
+// row by row (row(r, x_row, dx_row); dx_row null where grad is).
+template <typename T, typename Block, typename Row>
+void walk_short_rows(const CeProblem& p, const T* logits, T* grad, const Block& block, const Row& row_fn) {
   constexpr int64_t kB = ShortRows<T>::kB;
-  const CeProblem& p = plan.problem;
-  ForwardCall<T> f(plan, b, workspace);
   const int64_t C = p.classes;
   const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
   at::parallel_for(0, (p.rows + kB - 1) / kB, grain, [&](int64_t begin, int64_t end) {
     ShortRows<T> rows(C);
     for (int64_t u = begin; u < end; ++u) {
       const int64_t r0 = u * kB;
-      T* dx = f.grad != nullptr ? f.grad + r0 * p.grad_row_stride : nullptr;
       if (p.rows - r0 < kB) {
         for (int64_t r = r0; r < p.rows; ++r)
-          forward_row(f, r, f.logits + r * p.row_stride, dx != nullptr ? f.grad + r * p.grad_row_stride : nullptr);
+          row_fn(r, logits + r * p.row_stride, grad != nullptr ? grad + r * p.grad_row_stride : nullptr);
         continue;
       }
-      forward_block(f, r0, rows.gather(f.logits + r0 * p.row_stride, C, p.row_stride), kB,
-                    dx != nullptr ? rows.grad(C) : nullptr, kB);
-      if (dx != nullptr) rows.scatter(dx, C, p.grad_row_stride);
+      block(r0, rows.gather(logits + r0 * p.row_stride, C, p.row_stride), kB,
+            grad != nullptr ? rows.grad(C) : nullptr, kB);
+      if (grad != nullptr) rows.scatter(grad + r0 * p.grad_row_stride, C, p.grad_row_stride);
     }
   });
+}
+
+
+
+// Plain rows: at::parallel_for over them (row(r, x_row, dx_row); dx_row
+// null where grad is).
+template <typename T, typename Row>
+void walk_rows(const CeProblem& p, const T* logits, T* grad, const Row& row_fn) {
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * std::max<int64_t>(p.classes, 1)));
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      row_fn(r, logits + r * p.row_stride, grad != nullptr ? grad + r * p.grad_row_stride : nullptr);
+  });
+}
+
+// The layout's walk: the (N, C, D) positions, short rows gathered a block
+// at a time, or rows.
+template <typename T, typename Block, typename Row>
+void walk(const CeProblem& p, const T* logits, T* grad, const Block& block, const Row& row_fn) {
+  if (p.inner > 1) walk_positions(p, logits, grad, block, row_fn);
+  else if (p.classes < kShortRowClasses) walk_short_rows(p, logits, grad, block, row_fn);
+  else walk_rows(p, logits, grad, row_fn);
+}
+
+template <typename T>
+bool forward_impl(const CePlan& plan, const CeBuffers& b, void* workspace, int64_t& bad_target) {
+  ForwardCall<T> f(plan, b, workspace);
+  walk(
+      f.p, f.logits, f.grad,
+      [&](int64_t r0, const T* x, int64_t cs, T* dx, int64_t gs) { forward_block(f, r0, x, cs, dx, gs); },
+      [&](int64_t r, const T* x, T* dx) { forward_row(f, r, x, dx); });
   return f.finish(bad_target);
 }
 
 template <typename T>
-bool backward_short_rows(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
-  constexpr int64_t kB = ShortRows<T>::kB;
-  const CeProblem& p = plan.problem;
+bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) {
   BackwardCall<T> k(plan, b);
-  const int64_t C = p.classes;
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / (8 * kB * std::max<int64_t>(C, 1)));
-  at::parallel_for(0, (p.rows + kB - 1) / kB, grain, [&](int64_t begin, int64_t end) {
-    ShortRows<T> rows(C);
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t r0 = u * kB;
-      if (p.rows - r0 < kB) {
-        for (int64_t r = r0; r < p.rows; ++r) k.row(r, k.logits + r * p.row_stride, k.grad + r * p.grad_row_stride);
-        continue;
-      }
-      backward_block(k, r0, rows.gather(k.logits + r0 * p.row_stride, C, p.row_stride), kB, rows.grad(C), kB);
-      rows.scatter(k.grad + r0 * p.grad_row_stride, C, p.grad_row_stride);
-    }
-  });
+  walk(
+      k.p, k.logits, k.grad,
+      [&](int64_t r0, const T* x, int64_t cs, T* dx, int64_t gs) { backward_block(k, r0, x, cs, dx, gs); },
+      [&](int64_t r, const T* x, T* dx) { k.row(r, x, dx); });
   return k.finish(bad_target);
 }
 
