@@ -29,6 +29,7 @@
   bodies in csrc/cross_entropy/ops.cpp give them).
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -116,7 +117,8 @@ def _cross_entropy(
     elif logits.dim() == 2:
         rows, tgt = logits, target
     elif plain:  # (N, C, d...) as (N, C, D): the op reads the layout or copies to rows (ops.cpp)
-        rows, tgt = logits.reshape(logits.shape[0], classes, -1), target.reshape(target.shape[0], -1)
+        n, d = logits.shape[0], math.prod(logits.shape[2:])
+        rows, tgt = logits.reshape(n, classes, d), target.reshape(n, d)
     else:  # (N, C, d...): the class axis last, then rows of C
         rows, tgt = logits.movedim(1, -1).reshape(-1, classes), target.reshape(-1)
         inplace_backward = False  # the rows are a copy; nothing to save

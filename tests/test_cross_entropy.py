@@ -89,7 +89,7 @@ def test_matches_torch(dtype, reduction, config):
     _check(x, t, w, reduction, cfg.get("label_smoothing", 0.0), dtype, f"{dtype} {reduction} {config}")
 
 
-@pytest.mark.parametrize("shape", [(4, 7, 3), (2, 5, 3, 2), (0, 4)])
+@pytest.mark.parametrize("shape", [(4, 7, 3), (2, 5, 3, 2), (0, 4), (0, 4, 3), (2, 3, 0), (3, 4, 40)])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_shapes(shape, reduction):
     n, c, extra = shape[0], shape[1], shape[2:]
