@@ -3,8 +3,10 @@
 - The public op torch.ops.softmax_ext.cross_entropy (SPEC schema) gets a
   CompositeImplicitAutograd body here: it validates the call like
   F.cross_entropy, flattens (N, C, d...) or (C) logits to rows of C classes
-  and calls the forward helper op, so autograd, fake tensors and
-  torch.compile all go through the helper ops.
+  (eager calls on plain tensors: (N, C, d...) to (N, C, D), which the op
+  reads as it is or copies to rows, csrc/cross_entropy/ops.cpp) and calls the
+  forward helper op, so autograd, fake tensors and torch.compile all go
+  through the helper ops.
 - _cross_entropy_forward carries the autograd formula (its backward is
   _cross_entropy_backward, or the in-place _cross_entropy_backward_ that
   writes the gradient over the logits when the caller asked for it).

@@ -1,8 +1,11 @@
 // Op bodies and registration of the fused cross-entropy helpers. The public
 // op softmax_ext::cross_entropy (the SPEC schema) is defined here too; its
 // CompositeImplicitAutograd body is Python (softmax_ext/_cross_entropy.py):
-// it flattens (N, C, d...) / (C) logits to rows and calls the forward helper,
-// which carries the autograd formula.
+// it flattens (N, C, d...) / (C) logits to rows (eager calls on plain
+// tensors: (N, C, d...) to (N, C, D)) and calls the forward helper, which
+// carries the autograd formula. Every helper takes logits (N, C) with
+// target (N), or (N, C, D) with target (N, D): rows are then the N * D
+// positions, read in their layout or copied to rows (through_rows).
 //
 //   _cross_entropy_forward(logits (N, C), target (N), weight?, ignore_index,
 //       reduction, label_smoothing, inplace_backward, acc_loss)
