@@ -159,6 +159,13 @@ void row_stats(const T* x, int64_t C, const acc_of<T>* w, bool smooth, acc_of<T>
   wd = sd;
 }
 
+// The true class's gradient from acc values (grad_row's fix-up): p_t - 1
+// keeps its small magnitude.
+template <typename acc_t>
+inline acc_t true_class_grad(acc_t a, acc_t c, acc_t onehot, acc_t xt, acc_t m, acc_t ls, acc_t wt) {
+  return a * std::exp((xt - m) - ls) - c * wt - onehot;
+}
+
 // One row of the gradient (plan.h): dx_c = a * p_c - c * w_c - [c == t] * onehot.
 // dx may be x (in place): x[t] is read before the row is written.
 // p_c = exp((x_c - m) - ls) from the row's statistics.
@@ -189,20 +196,31 @@ void grad_row(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_o
     const acc_t v = static_cast<acc_t>(x[j]);
     dx[j] = static_cast<T>(a * std::exp((v - m) - ls) - c * (w != nullptr ? w[j] : acc_t(1)));
   }
-  // The true class from acc values: p_t - 1 keeps its small magnitude.
-  dx[t] = static_cast<T>(a * std::exp((xt - m) - ls) - c * (w != nullptr ? w[t] : acc_t(1)) - onehot);
+  dx[t] = static_cast<T>(true_class_grad(a, c, onehot, xt, m, ls, w != nullptr ? w[t] : acc_t(1)));
 }
 
-// The row's gradient coefficients for scale s (grad_loss, over the total
-// weight for mean) and then the row itself. Not inlined: the fused forward
-// and the backward then run the same machine code (the compiler contracts
-// multiply-adds per call site), so their gradients are the same bits.
+// A row's gradient coefficients (a, c, onehot of grad_row) for scale s
+// (grad_loss, over the total weight for mean), wt = w_t. Not inlined: one
+// rounding for the fused forward and the backward, rows and positions alike.
+template <typename acc_t>
+[[gnu::noinline]] void grad_coefficients(acc_t s, acc_t wt, acc_t W, acc_t eps, acc_t eps_c, acc_t& a, acc_t& c,
+                                         acc_t& onehot) {
+  a = s * ((1 - eps) * wt + eps_c * W);
+  c = s * eps_c;
+  onehot = s * (1 - eps) * wt;
+}
+
+// The row's gradient coefficients for scale s and then the row itself. Not
+// inlined: the fused forward and the backward then run the same machine
+// code (the compiler contracts multiply-adds per call site), so their
+// gradients are the same bits.
 template <typename T>
-[[gnu::noinline]] void grad_row_scaled(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> W, acc_of<T> eps,
-                     acc_of<T> eps_c, acc_of<T> s, acc_of<T> m, acc_of<T> ls) {
+[[gnu::noinline]] void grad_row_scaled(const T* x, T* dx, int64_t C, int64_t t, const acc_of<T>* w, acc_of<T> W,
+                                       acc_of<T> eps, acc_of<T> eps_c, acc_of<T> s, acc_of<T> m, acc_of<T> ls) {
   using acc_t = acc_of<T>;
-  const acc_t wt = w != nullptr ? w[t] : acc_t(1);
-  grad_row(x, dx, C, t, w, s * ((1 - eps) * wt + eps_c * W), s * eps_c, s * (1 - eps) * wt, m, ls);
+  acc_t a, c, onehot;
+  grad_coefficients(s, w != nullptr ? w[t] : acc_t(1), W, eps, eps_c, a, c, onehot);
+  grad_row(x, dx, C, t, w, a, c, onehot, m, ls);
 }
 
 // W, the weights' sum (given in float64 with smoothing and a weight), or C.
@@ -275,29 +293,22 @@ struct Positions {
     for (int64_t e = 0; e < kB; ++e) {
       if (t[e] < 0) {
         for (int64_t j = 0; j < C; ++j) dx[j * gs + e] = T(0);
-      } else {  // the true class from acc values: p_t - 1 keeps its small magnitude
-        dx[t[e] * gs + e] = static_cast<T>(a[e] * std::exp((xt[e] - m[e]) - ls[e]) -
-                                           c[e] * (w != nullptr ? w[t[e]] : acc_t(1)) - onehot[e]);
+      } else {
+        dx[t[e] * gs + e] = static_cast<T>(
+            true_class_grad(a[e], c[e], onehot[e], xt[e], m[e], ls[e], w != nullptr ? w[t[e]] : acc_t(1)));
       }
     }
   }
 };
 
-// grad_row_scaled's coefficients (a, c, onehot) for scale s (not inlined:
-// one rounding for the fused forward and the backward).
-template <typename acc_t>
-[[gnu::noinline]] void grad_coefficients(acc_t s, acc_t wt, acc_t W, acc_t eps, acc_t eps_c, acc_t& a, acc_t& c,
-                              acc_t& onehot) {
-  a = s * ((1 - eps) * wt + eps_c * W);
-  c = s * eps_c;
-  onehot = s * (1 - eps) * wt;
-}
-
 // A block of the (N, C, D) layout: unit u is sample u / blocks, positions
 // [p0, p0 + count) from (u % blocks) * kB.
 struct PositionBlock {
   int64_t n, p0, count;
-  PositionBlock(int64_t u, int64_t D, int64_t B) : n(u / ((D + B - 1) / B)), p0((u % ((D + B - 1) / B)) * B) {
+  PositionBlock(int64_t u, int64_t D, int64_t B) {
+    const int64_t blocks = (D + B - 1) / B;
+    n = u / blocks;
+    p0 = (u % blocks) * B;
     count = std::min(B, D - p0);
   }
 };
@@ -319,8 +330,19 @@ struct CallBase {
       : p(plan.problem), b(buffers), logits(static_cast<const T*>(b.logits)), w(static_cast<const acc_t*>(b.weight)),
         W(weight_sum<acc_t>(b, p.classes)), eps(static_cast<acc_t>(p.smoothing)),
         eps_c(eps / static_cast<acc_t>(p.classes)) {}
-  void report(int64_t t) {
-    if (!bad.exchange(true)) bad_value = t;
+  // Row r's target, or -1 where it is ignored or out of range (reported once).
+  int64_t target(int64_t r) {
+    const int64_t t = read_target(p, b.target, r);
+    if (t == p.ignore_index) return -1;
+    if (t < 0 || t >= p.classes) {
+      if (!bad.exchange(true)) bad_value = t;
+      return -1;
+    }
+    return t;
+  }
+  // grad_coefficients of a row of target t for scale s
+  void coefficients(acc_t s, int64_t t, acc_t& a, acc_t& c, acc_t& onehot) const {
+    grad_coefficients(s, w != nullptr ? w[t] : acc_t(1), W, eps, eps_c, a, c, onehot);
   }
   bool ok(int64_t& bad_target) const {
     if (!bad) return true;
@@ -353,12 +375,6 @@ struct ForwardCall : CallBase<T> {
         grad(this->p.fused_grad ? static_cast<T*>(this->b.grad) : nullptr),
         grad_scale(this->p.reduction == Reduction::Mean ? acc_t(1) / total : acc_t(1)) {}
 
-  // A target inside [0, C) or ignore_index; any other is reported (once).
-  bool valid(int64_t t) {
-    if (t == this->p.ignore_index || (t >= 0 && t < this->p.classes)) return true;
-    this->report(t);
-    return false;
-  }
   acc_t loss_of(int64_t t, acc_t xt, acc_t m, acc_t ls, acc_t wd) const {
     const acc_t wt = this->w != nullptr ? this->w[t] : acc_t(1);
     acc_t loss = (1 - this->eps) * wt * ((m - xt) + ls);
@@ -392,9 +408,9 @@ struct ForwardCall : CallBase<T> {
 template <typename T>
 void forward_row(ForwardCall<T>& f, int64_t r, const T* x, T* dx) {
   using acc_t = acc_of<T>;
-  const int64_t t = read_target(f.p, f.b.target, r);
+  const int64_t t = f.target(r);
   acc_t loss = 0, m = 0, ls = 0;
-  if (f.valid(t) && t != f.p.ignore_index) {
+  if (t >= 0) {
     acc_t wd = 0;
     row_stats(x, f.p.classes, f.w, f.smooth, m, ls, wd);
     loss = f.loss_of(t, static_cast<acc_t>(x[t]), m, ls, wd);
@@ -406,8 +422,6 @@ void forward_row(ForwardCall<T>& f, int64_t r, const T* x, T* dx) {
   if (dx != nullptr) std::fill(dx, dx + f.p.classes, T(0));
   f.store(r, m, ls, loss);
 }
-
-
 
 // A position's classes (stride cs) to a row and back (stride gs).
 template <typename T>
@@ -430,16 +444,14 @@ void forward_block(ForwardCall<T>& f, int64_t r0, const T* x, int64_t cs, T* dx,
   int64_t t[kB];
   Pos::stats(x, f.p.classes, cs, f.w, f.smooth, m, ls, wd);
   for (int64_t e = 0; e < kB; ++e) {
-    t[e] = read_target(f.p, f.b.target, r0 + e);
-    if (!f.valid(t[e]) || t[e] == f.p.ignore_index) {
-      t[e] = -1;
+    t[e] = f.target(r0 + e);
+    if (t[e] < 0) {
       a[e] = c[e] = onehot[e] = xt[e] = 0;
       f.store(r0 + e, 0, 0, 0);
       continue;
     }
     xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
-    grad_coefficients(f.grad_scale, f.w != nullptr ? f.w[t[e]] : acc_t(1), f.W, f.eps, f.eps_c, a[e], c[e],
-                      onehot[e]);
+    f.coefficients(f.grad_scale, t[e], a[e], c[e], onehot[e]);
     f.store(r0 + e, m[e], ls[e], f.loss_of(t[e], xt[e], m[e], ls[e], wd[e]));
   }
   if (dx != nullptr) Pos::grad(x, dx, f.p.classes, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
@@ -475,7 +487,6 @@ void walk_positions(const CeProblem& p, const T* logits, T* grad, const Block& b
   });
 }
 
-
 // A backward call's gradient, statistics and incoming gradient.
 template <typename T>
 struct BackwardCall : CallBase<T> {
@@ -494,19 +505,9 @@ struct BackwardCall : CallBase<T> {
     if (reduction != Reduction::None && this->b.grad_one != nullptr)
       *static_cast<int*>(this->b.grad_one) = g[0] == acc_t(1);
   }
-  // The row's target, or -1 where it is ignored or out of range (reported once).
-  int64_t target(int64_t r) {
-    const int64_t t = read_target(this->p, this->b.target, r);
-    if (t == this->p.ignore_index) return -1;
-    if (t < 0 || t >= this->p.classes) {
-      this->report(t);
-      return -1;
-    }
-    return t;
-  }
   acc_t scale(int64_t r) const { return this->p.reduction == Reduction::None ? g[r] : scalar_scale; }
   void row(int64_t r, const T* x, T* dx) {
-    const int64_t t = target(r);
+    const int64_t t = this->target(r);
     if (t < 0) {
       std::fill(dx, dx + this->p.classes, T(0));
       return;
@@ -516,7 +517,6 @@ struct BackwardCall : CallBase<T> {
   }
   bool finish(int64_t& bad_target) const { return this->ok(bad_target); }
 };
-
 
 // kB rows r0.. of a backward call as positions (forward_block's layout).
 template <typename T>
@@ -535,12 +535,10 @@ void backward_block(BackwardCall<T>& k, int64_t r0, const T* x, int64_t cs, T* d
       continue;
     }
     xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
-    grad_coefficients(k.scale(r0 + e), k.w != nullptr ? k.w[t[e]] : acc_t(1), k.W, k.eps, k.eps_c, a[e], c[e],
-                      onehot[e]);
+    k.coefficients(k.scale(r0 + e), t[e], a[e], c[e], onehot[e]);
   }
   Pos::grad(x, dx, k.p.classes, cs, gs, k.w, a, c, onehot, m, ls, t, xt);
 }
-
 
 // Short rows (fewer than kShortRowClasses classes: the row kernels' vector
 // loops would not run): kB rows at a time, their classes gathered into a
@@ -587,8 +585,6 @@ void walk_short_rows(const CeProblem& p, const T* logits, T* grad, const Block& 
     }
   });
 }
-
-
 
 // Plain rows: at::parallel_for over them (row(r, x_row, dx_row); dx_row
 // null where grad is).
