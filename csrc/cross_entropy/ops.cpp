@@ -131,11 +131,9 @@ CeProblem make_problem(const at::Tensor& x, const at::Tensor& target, bool has_w
   p.classes = x.size(1);
   p.row_stride = x.dim() == 3 ? x.stride(0) : row_stride_of(x);
   p.grad_row_stride = p.classes;
-  if (x.dim() == 3) {  // the (N, C, D) layout as it is (contiguous gradient)
+  if (x.dim() == 3) {  // the (N, C, D) layout as it is (the gradient's strides: set_grad_layout)
     p.inner = x.size(2);
     p.class_stride = x.stride(1);
-    p.grad_row_stride = p.classes * p.inner;
-    p.grad_class_stride = p.inner;
   }
   p.reduction = reduction;
   p.has_weight = has_weight;

@@ -159,45 +159,42 @@ bool ce_reads_layout(c10::DeviceType device, int64_t positions, int64_t inner) {
 CePlan select_ce(const CeProblem& problem, bool backward) {
   CePlan plan;
   plan.problem = problem;
-  const std::string tag = dtype_tag(problem.dtype);
-  if (problem.device_type == c10::DeviceType::CUDA && (plan.lanes = cuda_lanes(problem)) > 0) {
+  std::string shape;
+  if (problem.device_type == c10::DeviceType::CUDA) {
     plan.family = CeFamily::kCudaRows;
-    plan.threads = 256;
-    plan.chunk = problem.classes;
 #ifdef SOFTMAX_EXT_WITH_CUDA
     plan.overlap = !backward && cuda::overlap_launches(cuda::device_facts(problem.device_index).arch);
 #endif
-    plan.kernel = "cuda.ce_lanes" + std::to_string(plan.lanes) +
-                  (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
-  } else if (problem.device_type == c10::DeviceType::CUDA) {
-    plan.family = CeFamily::kCudaRows;
-    plan.threads = cuda_threads(problem, backward);
-    plan.row_split = cuda_row_split(problem, backward);
-    if (!backward && plan.row_split > 1) plan.threads = 128;  // the cluster kernel's block
-    // chunks of whole 16-byte packs
-    plan.chunk = (problem.classes + plan.row_split - 1) / plan.row_split;
-    plan.chunk = (plan.chunk + 7) / 8 * 8;
-    plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
-    if (!backward && !problem.fused_grad && fused_geometry(problem) && plan.row_split == kMaxBlockParts &&
-        c10::elementSize(problem.dtype) == 2) {
-      plan.block_parts = plan.row_split;
-      plan.row_split = 1;
+    plan.lanes = cuda_lanes(problem);
+    if (plan.lanes > 0) {
+      plan.threads = 256;
+      plan.chunk = problem.classes;
+      shape = "cuda.ce_lanes" + std::to_string(plan.lanes);
+    } else {
+      plan.threads = cuda_threads(problem, backward);
+      plan.row_split = cuda_row_split(problem, backward);
+      if (!backward && plan.row_split > 1) plan.threads = 128;  // the cluster kernel's block
+      // chunks of whole 16-byte packs
+      plan.chunk = (problem.classes + plan.row_split - 1) / plan.row_split;
+      plan.chunk = (plan.chunk + 7) / 8 * 8;
+      plan.row_split = static_cast<int>(std::max<int64_t>(1, (problem.classes + plan.chunk - 1) / plan.chunk));
+      if (!backward && !problem.fused_grad && fused_geometry(problem) && plan.row_split == kMaxBlockParts &&
+          c10::elementSize(problem.dtype) == 2) {
+        plan.block_parts = plan.row_split;
+        plan.row_split = 1;
+      }
+      if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem, plan.chunk);
+      shape = plan.row_split > 1 ? (backward ? "cuda.ce_split" : "cuda.ce_cluster") + std::to_string(plan.row_split)
+                                 : std::string("cuda.ce_block_per_row");
     }
-    if (!backward && problem.fused_grad) plan.stage_bytes = cuda_stage_bytes(problem, plan.chunk);
-#ifdef SOFTMAX_EXT_WITH_CUDA
-    plan.overlap = !backward && cuda::overlap_launches(cuda::device_facts(problem.device_index).arch);
-#endif
-    const std::string shape = plan.row_split > 1 ? (backward ? "cuda.ce_split" : "cuda.ce_cluster") +
-                                                       std::to_string(plan.row_split)
-                                                 : std::string("cuda.ce_block_per_row");
-    plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
   } else {
     plan.family = CeFamily::kCpuRows;
-    const std::string shape = problem.inner > 1                     ? "cpu.ce_positions"
-                              : problem.classes < kShortRowClasses ? "cpu.ce_short_rows"
-                                                                   : "cpu.ce_rows";
-    plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") + tag;
+    shape = problem.inner > 1                     ? "cpu.ce_positions"
+            : problem.classes < kShortRowClasses ? "cpu.ce_short_rows"
+                                                 : "cpu.ce_rows";
   }
+  plan.kernel = shape + (backward ? "_backward." : problem.fused_grad ? "_fused_grad." : ".") +
+                dtype_tag(problem.dtype);
   plan.workspace_bytes = workspace_size_ce(plan, backward);
   return plan;
 }

@@ -40,10 +40,10 @@ struct CeProblem {
   int64_t classes = 0;     // C
   int64_t row_stride = 0;       // of the logits, in elements
   int64_t grad_row_stride = 0;  // of the gradient (the logits' own when in place)
-  // The (N, C, d...) layout read as it is (rows = N * inner positions; CUDA
-  // only): position p of sample n at n * row_stride + p, its classes
-  // class_stride apart (grad_class_stride in the gradient). Plain rows:
-  // inner 1, class strides 1.
+  // The (N, C, d...) layout read as it is (rows = N * inner positions;
+  // ce_reads_layout): position p of sample n at n * row_stride + p, its
+  // classes class_stride apart (grad_class_stride in the gradient). Plain
+  // rows: inner 1, class strides 1.
   int64_t inner = 1;
   int64_t class_stride = 1;
   int64_t grad_class_stride = 1;
