@@ -103,6 +103,15 @@ __device__ __forceinline__ GradCoefficients<acc_t> grad_coefficients(acc_t s, ac
   return {s * cuda_fma(eps_c, W, (1 - eps) * wt), s * eps_c, s * (1 - eps) * wt};
 }
 
+// W of the gradient coefficients: the weights' sum (given in float64 where
+// smoothing needs it; without smoothing eps_c is 0 and W is not read), or C
+// without weights.
+template <typename acc_t>
+__device__ __forceinline__ acc_t grad_weight_sum(bool weighted, const double* weight_sum, int64_t classes) {
+  if (!weighted) return static_cast<acc_t>(classes);
+  return weight_sum != nullptr ? static_cast<acc_t>(*weight_sum) : acc_t(0);
+}
+
 // dx_c of a class other than the target (the target's is this less cb).
 template <typename T>
 __device__ __forceinline__ acc_type<T> grad_other(const GradCoefficients<acc_type<T>>& k, acc_type<T> v,

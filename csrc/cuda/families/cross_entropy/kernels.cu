@@ -66,7 +66,6 @@ using cuda::Pack;
 
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
-
 // Word-wise access to a 16-byte pack of 16-bit values: the NaN-propagating
 // max of two pairs in one instruction, and a value of a pair widened to
 // float (bf16: a shift or a mask).
@@ -118,8 +117,6 @@ __device__ __forceinline__ Row<T> split_row(const T* p, int64_t n) {
   const int64_t packs = (n - head) / P;
   return {static_cast<int>(head), packs, head + packs * P};
 }
-
-
 
 // The online (max, sum) of one thread: a chunk of values at a time, so the
 // running sum is rescaled at most once a chunk. The chunk's values are read
@@ -177,7 +174,6 @@ struct Online {
       }
   }
 };
-
 
 template <typename T>
 __device__ __forceinline__ void zero_row(T* g, int64_t n, int threads) {
@@ -423,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, kCluster ? (kGrad ? 7 : kSmooth ? 10
       }
       T* g = a.grad + row * a.grad_row_stride + c0;
       if (a.weight != nullptr) {
-        const acc_t W = a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0);
+        const acc_t W = grad_weight_sum<acc_t>(true, a.weight_sum, a.classes);
         write_grad_row<T, kThreads, true>(x, g, n, t - c0, weight,
                                           grad_coefficients(grad_scale, a.weight[t], W, a.eps, a.eps_c), m, ls,
                                           stage, a.stage_packs);
@@ -513,15 +509,13 @@ __global__ void __launch_bounds__(1024) ce_reduce_kernel(ForwardArgs<T> a, T* lo
   }
 }
 
-
 template <typename T, int kThreads, bool kWeighted>
 __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a) {
   using acc_t = acc_type<T>;
   acc_t scale = 0;
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
   if (!a.none && a.grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *a.grad_one = a.grad_loss[0] == acc_t(1);
-  const acc_t W = kWeighted ? (a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0))
-                            : static_cast<acc_t>(a.classes);
+  const acc_t W = grad_weight_sum<acc_t>(kWeighted, a.weight_sum, a.classes);
   // units of work: part p of row i is unit i * parts + p, classes [p * chunk, (p + 1) * chunk)
   for (int64_t unit = blockIdx.x; unit < a.rows * a.parts; unit += gridDim.x) {
     const int64_t row = unit / a.parts;
@@ -568,7 +562,6 @@ __global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, 
   }
   for (int64_t j = packs * P + first; j < n; j += step) grad[j] = cuda::convert<T>(cuda::convert<acc_t>(grad[j]) * s);
 }
-
 
 template <typename F>
 void dispatch_dtype(c10::ScalarType t, F&& f) {

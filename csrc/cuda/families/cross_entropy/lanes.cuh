@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_fo
         grad_scale = acc_t(1) / *a.total_weight;
         scale_pending = false;
       }
-      const acc_t W = a.weight != nullptr ? (a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0))
-                                          : static_cast<acc_t>(a.classes);
+      const acc_t W = grad_weight_sum<acc_t>(a.weight != nullptr, a.weight_sum, a.classes);
       const GradCoefficients<acc_t> k =
           grad_coefficients(grad_scale, a.weight != nullptr ? a.weight[t] : acc_t(1), W, a.eps, a.eps_c);
       write_lanes_grad(a.weight, k, x, g, a.classes, t, m, ls, lane, lanes, cs, L.grad_class_stride);
@@ -151,8 +150,7 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_ba
   acc_t scale = 0;
   if (!a.none) scale = a.mean ? a.grad_loss[0] / *a.total_weight : a.grad_loss[0];
   if (!a.none && a.grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *a.grad_one = a.grad_loss[0] == acc_t(1);
-  const acc_t W = kWeighted ? (a.weight_sum != nullptr ? static_cast<acc_t>(*a.weight_sum) : acc_t(0))
-                            : static_cast<acc_t>(a.classes);
+  const acc_t W = grad_weight_sum<acc_t>(kWeighted, a.weight_sum, a.classes);
   const int64_t cs = L.class_stride, gs = L.grad_class_stride;
   for (int64_t row = (int64_t{blockIdx.x} * kLaneThreads + threadIdx.x) / lanes; row < a.rows; row += step) {
     const int64_t t = load_target(a.target64, a.target32, row);
