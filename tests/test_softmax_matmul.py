@@ -214,12 +214,18 @@ def test_backward_values(device, dtype):
     _check_grads(x, v, go)
 
 
+@pytest.mark.parametrize("blocked", [False, True], ids=["default", "blocked"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("device", DEVICES)
-def test_backward_many_blocks(device, dtype):
+def test_backward_many_blocks(device, dtype, blocked, monkeypatch):
     # d2 over several blocks of the blocked backward (a block's dX written
-    # into a column range of dX), odd d3 (no 16-byte rows: the 16-bit Hopper
-    # backward is not taken), a row of -inf, a grad_output of another dtype
+    # into a column range of dX; on sm_90 with SOFTMAX_EXT_SMM_BLOCKED_BACKWARD=1,
+    # else the fused backward on padded copies: odd d2 and d3), a row of
+    # -inf, a grad_output of another dtype
+    if blocked:
+        if device == "cpu":
+            pytest.skip("the CPU backward is the blocked one")
+        monkeypatch.setenv("SOFTMAX_EXT_SMM_BLOCKED_BACKWARD", "1")
     x = randn((2, 3, 9001), dtype, device, 64, scale=3.0)
     x[1, 2, 4000:] = -float("inf")
     v = randn((2, 9001, 5), dtype, device, 65)
@@ -676,6 +682,49 @@ def test_cuda_aligned_backward_f32(shape, allow_tf32):
         else:
             err, bound = (ours.double() - ref).abs().max().item(), (naive.double() - ref).abs().max().item()
             assert err <= (4 if name == "dx" else 2) * bound + 1e-6, (name, err, bound)
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["bf16", "f16", "tf32", "3xtf32"])
+@pytest.mark.parametrize("shape", [(2, 130, 201, 136), (3, 70, 96, 77), (2, 129, 1003, 515), (1, 33, 5, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_padded_backward(mode, shape, monkeypatch):
+    # d2 or d3 no multiple of 8, and rows at odd offsets: on sm_90 the fused
+    # backward on padded copies (x with -inf columns, v, grad_output and
+    # output with zero rows and columns), named ".padded" (taken for large
+    # problems only; here asked for); contiguous gradients, deterministic,
+    # the same bits as the fused backward on the problem padded by hand;
+    # values against float64 autograd (within the dtype's tolerance or twice
+    # the naive version's error)
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_PADDED_BACKWARD", "1")
+    b, d1, d2, d3 = shape
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
+    x = randn((b, d1, d2 + 1), dtype, "cuda", 57, scale=3.0)[:, :, 1:]  # odd offsets
+    x[0, min(2, d1 - 1), : d2 // 2] = -float("inf")
+    v = randn((b, d2, d3), dtype, "cuda", 58)
+    go = randn((b, d1, d3), dtype, "cuda", 59)
+    with tf32(mode == "tf32"):
+        hopper = torch.cuda.get_device_capability() == (9, 0)
+        if hopper:
+            p = softmax_ext.plan(x, kind="softmax_matmul", v=v, backward=True)
+            variant = {"bf16": "bf16", "f16": "f16"}.get(mode, mode)
+            assert p.kernel.startswith(f"cuda.wgmma.backward.{variant}.") and p.kernel.endswith(".padded"), p
+            d2p, d3p = -(-d2 // 8) * 8, -(-d3 // 8) * 8
+            copies = 2 * b * (d1 * d2p + d2p * d3p) + (2 * b * d1 * d3p if d3p != d3 else 0)
+            assert p.workspace_size > copies * dtype.itemsize, p
+        dx, dv = _grads(x, v, go)
+        assert dx.is_contiguous() and dv.is_contiguous()
+        d2x, d2v = _grads(x, v, go)
+        assert torch.equal(dx, d2x) and torch.equal(dv, d2v)
+        if hopper:  # the same kernels on the problem padded by hand
+            pad = torch.nn.functional.pad
+            out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+            bx, bv = torch.ops.softmax_ext._softmax_matmul_backward(go, x, v, out, lse)
+            hx, hv = torch.ops.softmax_ext._softmax_matmul_backward(
+                pad(go, (0, d3p - d3)), pad(x, (0, d2p - d2), value=-float("inf")), pad(v, (0, d3p - d3, 0, d2p - d2)),
+                pad(out, (0, d3p - d3)), lse)
+            assert torch.equal(bx, hx[..., :d2]) and torch.equal(bv, hv[:, :d2, :d3])
+        _check_grads_against_naive(x, v, go, f"{mode} {shape}")
 
 
 @requires_cuda

@@ -23,7 +23,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace softmax_ext::smm {
@@ -247,6 +249,131 @@ std::tuple<at::Tensor, at::Tensor> run_cuda(const Plan& plan, at::Tensor x3, at:
   }
   return {out, lse};
 }
+
+using Grads = std::optional<std::tuple<at::Tensor, at::Tensor>>;
+
+// The fused Hopper backward (plan: cuda.wgmma.backward.*): D, dX, dV into
+// new contiguous tensors, or nothing where a tensor map cannot be made
+// (the caller then takes the blocked backward).
+Grads fused_backward(const Plan& plan, const Descriptor& d, const at::Tensor& x3, const at::Tensor& v3,
+                     at::Tensor go, at::Tensor o3, at::Tensor l2) {
+  // (can_implement turns away a float32 batch without tensor maps before
+  // any workspace is filled; backward_sm90_f32 still answers false for a
+  // map the driver refuses.)
+  if (!can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) return std::nullopt;
+  go = go.contiguous();
+  o3 = o3.contiguous();
+  l2 = l2.to(at::kFloat).contiguous();
+  at::Tensor dx = at::empty({d.batch, d.d1, d.d2}, x3.options());
+  at::Tensor dv = at::empty({d.batch, d.d2, d.d3}, v3.options());
+  const BackwardWorkspace w = backward_workspace(plan, d);
+  at::Tensor ws = at::empty({w.floats}, x3.options().dtype(at::kFloat));
+  float* wp = ws.data_ptr<float>();
+  cuda::BwdArgs a;
+  a.x = x3.data_ptr();
+  a.v = v3.data_ptr();
+  a.go = go.data_ptr();
+  a.out = o3.data_ptr();
+  a.lse = l2.data_ptr<float>();
+  a.delta = wp + w.delta;
+  a.dx = dx.data_ptr();
+  a.dv = dv.data_ptr();
+  set_problem(a, d);
+  if (w.go_t >= 0) {  // lse and dO^T with rows of d1p floats (16 bytes a row, for TMA)
+    at::Tensor go_t = ws.narrow(0, w.go_t, d.batch * d.d3 * w.d1p).view({d.batch, d.d3, w.d1p});
+    a.lse_p = l2.data_ptr<float>();  // rows of d1p already (or one row), 16-byte aligned: no copy
+    if ((d.d1 != w.d1p && d.batch > 1) || reinterpret_cast<uintptr_t>(a.lse_p) % 16 != 0) {
+      at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
+      lse_p.narrow(1, 0, d.d1).copy_(l2);
+      a.lse_p = wp + w.lse_p;
+    }
+    at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
+    if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
+                                                dst.strides()))
+      dst.copy_(src);
+    a.go_t = wp + w.go_t;
+    a.d1p = w.d1p;
+  }
+  if (w.v_hi >= 0) {  // 3xTF32: written by the kernels
+    a.v_hi = wp + w.v_hi;
+    a.v_lo = wp + w.v_lo;
+    a.go_t_lo = wp + w.go_t_lo;
+  }
+  bool launched = true;
+  if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
+  else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);
+  else launched = cuda::backward_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
+  if (!launched) return std::nullopt;
+  return std::make_tuple(dx, dv);
+}
+
+// The fused backward takes d2 and d3 multiples of 8 with rows of whole
+// 16-byte chunks (plan.cpp). A problem that misses only that (d2 or d3 of
+// any other size, rows at odd offsets or strides) runs it on padded
+// copies: x with -inf columns up to d2p (P is 0 there, and so are those
+// columns of dX), v with zero rows up to d2p and zero columns up to d3p,
+// grad_output and output with zero columns up to d3p (D and dP unchanged);
+// dX and dV are the leading columns of the results. The blocked backward
+// it replaces recomputes P into an (N, d2) buffer and runs autograd's
+// kernels, which are slow on such rows too. Named ".padded" in the plan,
+// the copies counted in its workspace. Taken from 2^23 elements of x
+// (16-bit) or 2^25 (float32), below which the copies' launches and the
+// fused kernels' fixed costs outweigh the gain (docs/softmax_matmul.md,
+// "Rows of any length: the backward on padded copies");
+// SOFTMAX_EXT_SMM_PADDED_BACKWARD=0|1 never / always (A/B work and tests;
+// read at each call).
+int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
+
+bool padded_backward(const Descriptor& d, Plan* fused) {
+  if (!wgmma_built() || d.device != c10::DeviceType::CUDA || d.arch != 90 || d.dtype == at::kDouble) return false;
+  if (d.batch * d.d1 == 0 || d.d2 == 0 || d.d3 == 0) return false;
+  const char* env = std::getenv("SOFTMAX_EXT_SMM_PADDED_BACKWARD");
+  if (env != nullptr && env[0] == '0') return false;
+  const int64_t min_elements = int64_t{1} << (d.dtype == at::kFloat ? 25 : 23);
+  if ((env == nullptr || env[0] != '1') && d.batch * d.d1 * d.d2 < min_elements) return false;
+  Descriptor p = d;
+  p.d2 = round8(d.d2);
+  p.d3 = round8(d.d3);
+  p.x_strides[0] = d.d1 * p.d2;
+  p.x_strides[1] = p.d2;
+  p.v_strides[0] = p.d2 * p.d3;
+  p.v_strides[1] = p.d3;
+  p.x_strides[2] = p.v_strides[2] = 1;
+  p.aligned16 = true;
+  if (!select(p, true, fused).ok() || fused->kernel != Kernel::kCudaWgmma) return false;
+  const int64_t elem = static_cast<int64_t>(c10::elementSize(d.dtype));
+  int64_t copies = 2 * d.batch * (d.d1 * p.d2 + p.d2 * p.d3);         // x, v and their gradients
+  if (p.d3 != d.d3) copies += 2 * d.batch * d.d1 * p.d3;              // grad_output and output
+  fused->name += ".padded";
+  fused->workspace_bytes += copies * elem;
+  return true;
+}
+
+// t3 (batch, rows, cols) copied into (batch, rows_p, cols_p) with `fill` in the added rows and columns.
+at::Tensor padded(const at::Tensor& t3, int64_t rows_p, int64_t cols_p, double fill) {
+  const int64_t rows = t3.size(1), cols = t3.size(2);
+  if (rows == rows_p && cols == cols_p && t3.is_contiguous() && reinterpret_cast<uintptr_t>(t3.data_ptr()) % 16 == 0)
+    return t3;
+  at::Tensor p = at::empty({t3.size(0), rows_p, cols_p}, t3.options());
+  p.narrow(1, 0, rows).narrow(2, 0, cols).copy_(t3);
+  if (cols_p > cols) p.narrow(1, 0, rows).narrow(2, cols, cols_p - cols).fill_(fill);
+  if (rows_p > rows) p.narrow(1, rows, rows_p - rows).fill_(fill);
+  return p;
+}
+
+Grads padded_fused_backward(const Plan& fused, const Descriptor& d, const at::Tensor& x3, const at::Tensor& v3,
+                            const at::Tensor& go, const at::Tensor& o3, const at::Tensor& l2) {
+  const int64_t d2p = round8(d.d2), d3p = round8(d.d3);
+  const at::Tensor xp = padded(x3, d.d1, d2p, -std::numeric_limits<double>::infinity());
+  const at::Tensor vp = padded(v3, d2p, d3p, 0.0);
+  const at::Tensor gop = padded(go, d.d1, d3p, 0.0), op = padded(o3, d.d1, d3p, 0.0);
+  auto grads = fused_backward(fused, describe(xp, vp), xp, vp, gop, op, l2);
+  if (!grads) return std::nullopt;
+  auto [dx, dv] = *grads;
+  if (d2p != d.d2) dx = dx.narrow(2, 0, d.d2).contiguous();
+  if (d2p != d.d2 || d3p != d.d3) dv = dv.narrow(1, 0, d.d2).narrow(2, 0, d.d3).contiguous();
+  return std::make_tuple(dx, dv);
+}
 #endif
 
 }  // namespace
@@ -288,53 +415,13 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
   at::Tensor l2 = lse.reshape({x3.size(0), x3.size(1)});
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.kernel == Kernel::kCudaWgmma && x3.numel() > 0 && v3.numel() > 0) {
-    // (can_implement turns away a float32 batch without tensor maps before
-    // any workspace is filled; backward_sm90_f32 still answers false for a
-    // map the driver refuses.)
-    if (can_implement(plan, d, x3.data_ptr(), v3.data_ptr()).ok()) {
-      go = go.contiguous();
-      o3 = o3.contiguous();
-      l2 = l2.to(at::kFloat).contiguous();
-      at::Tensor dx = at::empty({d.batch, d.d1, d.d2}, x3.options());
-      at::Tensor dv = at::empty({d.batch, d.d2, d.d3}, v3.options());
-      const BackwardWorkspace w = backward_workspace(plan, d);
-      at::Tensor ws = at::empty({w.floats}, x3.options().dtype(at::kFloat));
-      float* wp = ws.data_ptr<float>();
-      cuda::BwdArgs a;
-      a.x = x3.data_ptr();
-      a.v = v3.data_ptr();
-      a.go = go.data_ptr();
-      a.out = o3.data_ptr();
-      a.lse = l2.data_ptr<float>();
-      a.delta = wp + w.delta;
-      a.dx = dx.data_ptr();
-      a.dv = dv.data_ptr();
-      set_problem(a, d);
-      if (w.go_t >= 0) {  // lse and dO^T with rows of d1p floats (16 bytes a row, for TMA)
-        at::Tensor go_t = ws.narrow(0, w.go_t, d.batch * d.d3 * w.d1p).view({d.batch, d.d3, w.d1p});
-        a.lse_p = l2.data_ptr<float>();  // rows of d1p already (or one row), 16-byte aligned: no copy
-        if ((d.d1 != w.d1p && d.batch > 1) || reinterpret_cast<uintptr_t>(a.lse_p) % 16 != 0) {
-          at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
-          lse_p.narrow(1, 0, d.d1).copy_(l2);
-          a.lse_p = wp + w.lse_p;
-        }
-        at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
-        if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
-                                                    dst.strides()))
-          dst.copy_(src);
-        a.go_t = wp + w.go_t;
-        a.d1p = w.d1p;
-      }
-      if (w.v_hi >= 0) {  // 3xTF32: written by the kernels
-        a.v_hi = wp + w.v_hi;
-        a.v_lo = wp + w.v_lo;
-        a.go_t_lo = wp + w.go_t_lo;
-      }
-      bool launched = true;
-      if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
-      else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);
-      else launched = cuda::backward_sm90_f32(a, plan.bn, plan.math == Math::kExactF32);
-      if (launched) return {dx.reshape(x.sizes()), dv.reshape(v.sizes())};
+    if (auto grads = fused_backward(plan, d, x3, v3, go, o3, l2)) {
+      return {std::get<0>(*grads).reshape(x.sizes()), std::get<1>(*grads).reshape(v.sizes())};
+    }
+  }
+  if (Plan fused; plan.kernel == Kernel::kBlocked && padded_backward(d, &fused)) {
+    if (auto grads = padded_fused_backward(fused, d, x3, v3, go, o3, l2)) {
+      return {std::get<0>(*grads).reshape(x.sizes()), std::get<1>(*grads).reshape(v.sizes())};
     }
   }
 #endif
@@ -360,6 +447,8 @@ plan_info(const at::Tensor& x, const at::Tensor& v, bool backward) {
   if (Plan hopper; !backward) {  // the forward's row copies for the Hopper kernels
     const RowCopies c = hopper_row_copies(x3, v3, p, &hopper);
     if (c.x || c.v) p = hopper;
+  } else if (Plan fused; p.kernel == Kernel::kBlocked && padded_backward(d, &fused)) {
+    p = fused;  // the fused backward on padded copies
   }
 #endif
   return {p.name, p.workspace_bytes, p.deterministic, c10::toString(p.accumulator), math_name(p.math),
