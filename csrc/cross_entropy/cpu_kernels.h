@@ -39,6 +39,7 @@ namespace {
 
 // exp at torch's accuracy, inline for float lanes on x86 (cpu/numerics.h).
 using ::softmax_ext::cpu::CPU_CAPABILITY::vexp;
+using ::softmax_ext::cpu::CPU_CAPABILITY::vlog;
 
 // Elements of work per parallel_for chunk (ATen's GRAIN_SIZE), counting a
 // row element as 8 (an exp is several operations).
@@ -267,8 +268,7 @@ struct Positions {
       }
     }
     Io::store_acc(m, ma, mb);
-    Io::store_acc(ls, sa, sb);
-    for (int64_t e = 0; e < kB; ++e) ls[e] = std::log(ls[e]);
+    Io::store_acc(ls, vlog(sa), vlog(sb));
     if (smooth) Io::store_acc(wd, da, db);
   }
 
@@ -451,7 +451,7 @@ void forward_block(ForwardCall<T>& f, int64_t r0, const T* x, int64_t cs, T* dx,
       continue;
     }
     xt[e] = static_cast<acc_t>(x[t[e] * cs + e]);
-    f.coefficients(f.grad_scale, t[e], a[e], c[e], onehot[e]);
+    if (dx != nullptr) f.coefficients(f.grad_scale, t[e], a[e], c[e], onehot[e]);
     f.store(r0 + e, m[e], ls[e], f.loss_of(t[e], xt[e], m[e], ls[e], wd[e]));
   }
   if (dx != nullptr) Pos::grad(x, dx, f.p.classes, cs, gs, f.w, a, c, onehot, m, ls, t, xt);
