@@ -91,16 +91,37 @@ inline int64_t read_target(const CeProblem& p, const void* target, int64_t r) {
   return p.target_dtype == c10::ScalarType::Int ? target_at<int32_t>(target, r) : target_at<int64_t>(target, r);
 }
 
-// The non-ignored targets' total weight, summed in row order.
+// A sum of value(r) over r < n in a fixed order: eight interleaved partial
+// sums (r % 8), added pairwise at the end; the same bits whatever the
+// thread count, without one long chain of dependent adds.
+template <typename acc_t, typename Value>
+acc_t fixed_order_sum(int64_t n, const Value& value) {
+  constexpr int64_t kParts = 8;
+  acc_t part[kParts] = {};
+  int64_t r = 0;
+  for (; r + kParts <= n; r += kParts)
+    for (int64_t j = 0; j < kParts; ++j) part[j] += value(r + j);
+  for (int64_t j = 0; r + j < n; ++j) part[j] += value(r + j);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// The non-ignored targets' total weight (a count without weights).
 template <typename acc_t>
 acc_t total_weight(const CeProblem& p, const void* target, const acc_t* w) {
-  acc_t total = 0;
-  for (int64_t r = 0; r < p.rows; ++r) {
-    const int64_t t = read_target(p, target, r);
-    // (an out-of-range target is reported by the row loop)
-    if (t != p.ignore_index && t >= 0 && t < p.classes) total += w != nullptr ? w[t] : acc_t(1);
+  // (an out-of-range target is reported by the row loop)
+  auto counted = [&p, target](int64_t r, int64_t& t) {
+    t = read_target(p, target, r);
+    return t != p.ignore_index && t >= 0 && t < p.classes;
+  };
+  if (w == nullptr) {
+    int64_t count = 0;
+    for (int64_t r = 0, t; r < p.rows; ++r) count += counted(r, t);
+    return static_cast<acc_t>(count);
   }
-  return total;
+  return fixed_order_sum<acc_t>(p.rows, [&](int64_t r) {
+    int64_t t;
+    return counted(r, t) ? w[t] : acc_t(0);
+  });
 }
 
 // Per-row statistics (plan.h): the max m, ls = log sum_c exp(x_c - m), and
@@ -390,9 +411,8 @@ struct ForwardCall : CallBase<T> {
   // The fixed-order tail: the sum of the per-row losses, the outputs.
   bool finish(int64_t& bad_target) {
     if (!this->ok(bad_target)) return false;
-    acc_t sum = 0;
-    if (!none)
-      for (int64_t r = 0; r < this->p.rows; ++r) sum += row_loss[r];  // ignored rows hold 0
+    // (ignored rows hold 0)
+    const acc_t sum = none ? acc_t(0) : fixed_order_sum<acc_t>(this->p.rows, [this](int64_t r) { return row_loss[r]; });
     *static_cast<acc_t*>(this->b.total_weight) = total;
     if (!none) {
       const acc_t value = this->p.reduction == Reduction::Mean ? sum / total : sum;
