@@ -12,6 +12,8 @@
 #   DIST=1 scripts/gpu_check.sh          + benchmarks/bench_distributed.py over every GPU (NCCL)
 #   KERNELS=1 scripts/gpu_check.sh       + the plan's kernel for every benchmark case ($OUT/kernels.txt)
 #   MAIN=0 ...                           skip python -m softmax_ext
+#   WHEELS=dir ...                       pip install dir/*.whl first (no network there: expecttest, which
+#                                        tests/test_opinfo.py needs, peers for the benchmarks)
 # Logs go to $OUT (default /tmp/softmax_ext_out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,13 @@ summary=()
 
 gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: $gpu"
+
+if [ -n "${WHEELS:-}" ]; then
+  python3 -m pip install -q --no-deps "$WHEELS"/*.whl > "$OUT/wheels.log" 2>&1
+  summary+=("wheels from $WHEELS: exit $?")
+fi
+# test_opinfo.py skips as a whole without expecttest (PyTorch's OpInfo database imports it)
+if python3 -c "import expecttest" 2> /dev/null; then opinfo="OpInfo tests run"; else opinfo="OpInfo tests SKIPPED (no expecttest: WHEELS=dir)"; fi
 
 t0=$(date +%s)
 if python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1; then
@@ -69,7 +78,7 @@ fi
 
 # (tests/conftest.py shares the CPUs among the eight workers)
 python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
-summary+=("tests: $(tail -1 "$OUT/tests.log")")
+summary+=("tests: $(tail -1 "$OUT/tests.log"); $opinfo")
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   wait "${sanitizer_pids[@]}"
