@@ -1,0 +1,192 @@
+// The CPU kernels of the sharded-axis steps (rows.h), compiled once per
+// instruction set like the softmax kernels (cpu/isa.h): rows_cpu_default.cpp,
+// rows_cpu_avx2.cpp and rows_cpu_avx512.cpp each set CPU_CAPABILITY and
+// include this once; rows_cpu.cpp picks the build at run time.
+//
+// A row at a time with ATen Vectorized (16-bit rows widened to float in
+// registers), rows spread over threads by at::parallel_for. Each row is
+// reduced by one thread in an order fixed by its length (the softmax
+// family's row_sum, cpu/row_kernel.h): results do not depend on the thread
+// count. The formulas are the softmax family's (cpu/epilogue.h):
+//
+//   Stats        (m, s) = (max x, sum exp(x - m)); s = 0 for an empty or all -inf slice
+//   Normalize    Forward<K>::apply(x, M, finish(S))   exp(x - M) / S  |  (x - M) - log S
+//   BackStats    sum Backward<K>::term(dy, y)          sum(y * dy)     |  sum(dy)
+//   BackApply    Backward<K>::apply(dy, y, s)          y * (dy - s)    |  dy - exp(y) * s
+#pragma once
+
+#ifndef CPU_CAPABILITY
+#error "include from a per-ISA TU (rows_cpu_*.cpp) that defines CPU_CAPABILITY"
+#endif
+
+#include "cpu/epilogue.h"
+#include "cpu/numerics.h"
+#include "cpu/row_kernel.h"
+#include "cpu/vec_io.h"
+#include "distributed/rows.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace softmax_ext::distributed::CPU_CAPABILITY {
+namespace {
+
+using ::softmax_ext::cpu::CPU_CAPABILITY::acc_type_t;
+using ::softmax_ext::cpu::CPU_CAPABILITY::Backward;
+using ::softmax_ext::cpu::CPU_CAPABILITY::for_blocks;
+using ::softmax_ext::cpu::CPU_CAPABILITY::Forward;
+using ::softmax_ext::cpu::CPU_CAPABILITY::Io;
+using ::softmax_ext::cpu::CPU_CAPABILITY::kBlock;
+using ::softmax_ext::cpu::CPU_CAPABILITY::row_sum;
+using ::softmax_ext::cpu::CPU_CAPABILITY::Vec;
+using ::softmax_ext::cpu::CPU_CAPABILITY::vexp;
+using ::softmax_ext::cpu::CPU_CAPABILITY::vmax;
+
+// f(r) for every row, about 32K elements a task.
+template <typename F>
+void for_each_row(const RowsProblem& p, const F& f) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.n, 1));
+  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) f(r);
+  });
+}
+
+template <typename T>
+void stats(const RowsProblem& p, const RowsBuffers& b) {
+  using A = acc_type_t<T>;
+  using V = Vec<A>;
+  using X = Io<T, T, A>;
+  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+  const T* x = static_cast<const T*>(b.a);
+  A* s = static_cast<A*>(b.stats);
+  const int64_t n = p.n;
+  for_each_row(p, [&](int64_t r) {
+    const T* row = x + r * n;
+    V m0(kNegInf), m1(kNegInf), u, v;
+    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+      X::load(row + j, len, kNegInf, u, v);  // (lanes past the row: -inf)
+      m0 = vmax(m0, u);
+      m1 = vmax(m1, v);
+    });
+    const A m = at::vec::vec_reduce_all([](V& a, V& c) { return vmax(a, c); }, vmax(m0, m1));
+    A sum = 0;
+    if (m != kNegInf) {  // an empty slice, or all -inf, adds nothing
+      const V vm(m);
+      sum = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+        X::load(row + j, len, kNegInf, u, v);  // exp(-inf - m) = 0 past the row
+        s0 += vexp(u - vm);
+        s1 += vexp(v - vm);
+      });
+    }
+    s[2 * r] = m;
+    s[2 * r + 1] = sum;
+  });
+}
+
+template <Kind K, typename T>
+void normalize(const RowsProblem& p, const RowsBuffers& b) {
+  using A = acc_type_t<T>;
+  using V = Vec<A>;
+  using X = Io<T, T, A>;
+  using Fwd = Forward<K, false>;
+  const T* x = static_cast<const T*>(b.a);
+  const A* s = static_cast<const A*>(b.stats);
+  T* y = static_cast<T*>(b.out);
+  const int64_t n = p.n;
+  for_each_row(p, [&](int64_t r) {
+    const T* in = x + r * n;
+    T* out = y + r * n;
+    const V m(s[2 * r]);
+    const V c = Fwd::template finish_row<V>(s[2 * r + 1]);
+    V u, v;
+    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+      X::load(in + j, len, A(0), u, v);
+      X::store(out + j, len, Fwd::apply(u, m, c), Fwd::apply(v, m, c));
+    });
+  });
+}
+
+template <Kind K, typename T>
+void backward_stats(const RowsProblem& p, const RowsBuffers& b) {
+  using A = acc_type_t<T>;
+  using V = Vec<A>;
+  using X = Io<T, T, A>;
+  const T* dy = static_cast<const T*>(b.a);
+  const T* y = static_cast<const T*>(b.b);
+  A* s = static_cast<A*>(b.stats);
+  const int64_t n = p.n;
+  for_each_row(p, [&](int64_t r) {
+    const T* g = dy + r * n;
+    const T* o = y + r * n;
+    V g0, g1, y0, y1;
+    s[r] = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+      X::load(g + j, len, A(0), g0, g1);  // (lanes past the row: terms of 0)
+      X::load(o + j, len, A(0), y0, y1);
+      s0 += Backward<K>::term(g0, y0);
+      s1 += Backward<K>::term(g1, y1);
+    });
+  });
+}
+
+template <Kind K, typename T>
+void backward_apply(const RowsProblem& p, const RowsBuffers& b) {
+  using A = acc_type_t<T>;
+  using V = Vec<A>;
+  using X = Io<T, T, A>;
+  const T* dy = static_cast<const T*>(b.a);
+  const T* y = static_cast<const T*>(b.b);
+  const A* s = static_cast<const A*>(b.stats);
+  T* dx = static_cast<T*>(b.out);
+  const int64_t n = p.n;
+  for_each_row(p, [&](int64_t r) {
+    const T* g = dy + r * n;
+    const T* o = y + r * n;
+    T* out = dx + r * n;
+    const V sum(s[r]);
+    V g0, g1, y0, y1;
+    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+      X::load(g + j, len, A(0), g0, g1);
+      X::load(o + j, len, A(0), y0, y1);
+      X::store(out + j, len, Backward<K>::apply(g0, y0, sum), Backward<K>::apply(g1, y1, sum));
+    });
+  });
+}
+
+template <typename T>
+void run_step(const RowsProblem& p, const RowsBuffers& b) {
+  auto by_kind = [&](auto softmax_fn, auto log_fn) {
+    if (p.kind == Kind::LogSoftmax) log_fn();
+    else softmax_fn();
+  };
+  switch (p.step) {
+    case Step::Stats: return stats<T>(p, b);
+    case Step::Normalize:
+      return by_kind([&] { normalize<Kind::Softmax, T>(p, b); }, [&] { normalize<Kind::LogSoftmax, T>(p, b); });
+    case Step::BackStats:
+      return by_kind([&] { backward_stats<Kind::Softmax, T>(p, b); },
+                     [&] { backward_stats<Kind::LogSoftmax, T>(p, b); });
+    case Step::BackApply:
+      return by_kind([&] { backward_apply<Kind::Softmax, T>(p, b); },
+                     [&] { backward_apply<Kind::LogSoftmax, T>(p, b); });
+  }
+}
+
+}  // namespace
+
+void run(const RowsPlan& plan, const RowsBuffers& buffers) {
+  const RowsProblem& p = plan.problem;
+  switch (p.dtype) {
+    case c10::ScalarType::Float: return run_step<float>(p, buffers);
+    case c10::ScalarType::Double: return run_step<double>(p, buffers);
+    case c10::ScalarType::Half: return run_step<c10::Half>(p, buffers);
+    case c10::ScalarType::BFloat16: return run_step<c10::BFloat16>(p, buffers);
+    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "softmax_ext.distributed: dtype ", p.dtype, " is not supported");
+  }
+}
+
+}  // namespace softmax_ext::distributed::CPU_CAPABILITY
