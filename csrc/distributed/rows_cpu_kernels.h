@@ -111,20 +111,23 @@ void normalize(const RowsProblem& p, const RowsBuffers& b) {
   });
 }
 
+// f(r, dy's row, y's row) for every row of a backward step.
+template <typename T, typename F>
+void for_each_backward_row(const RowsProblem& p, const RowsBuffers& b, const F& f) {
+  const T* dy = static_cast<const T*>(b.a);
+  const T* y = static_cast<const T*>(b.b);
+  for_each_row(p, [&](int64_t r) { f(r, dy + r * p.n, y + r * p.n); });
+}
+
 template <Kind K, typename T>
 void backward_stats(const RowsProblem& p, const RowsBuffers& b) {
   using A = acc_type_t<T>;
   using V = Vec<A>;
   using X = Io<T, T, A>;
-  const T* dy = static_cast<const T*>(b.a);
-  const T* y = static_cast<const T*>(b.b);
   A* s = static_cast<A*>(b.stats);
-  const int64_t n = p.n;
-  for_each_row(p, [&](int64_t r) {
-    const T* g = dy + r * n;
-    const T* o = y + r * n;
+  for_each_backward_row<T>(p, b, [&](int64_t r, const T* g, const T* o) {
     V g0, g1, y0, y1;
-    s[r] = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+    s[r] = row_sum<A>(p.n, [&](int64_t j, int64_t len, V& s0, V& s1) {
       X::load(g + j, len, A(0), g0, g1);  // (lanes past the row: terms of 0)
       X::load(o + j, len, A(0), y0, y1);
       s0 += Backward<K>::term(g0, y0);
@@ -138,18 +141,13 @@ void backward_apply(const RowsProblem& p, const RowsBuffers& b) {
   using A = acc_type_t<T>;
   using V = Vec<A>;
   using X = Io<T, T, A>;
-  const T* dy = static_cast<const T*>(b.a);
-  const T* y = static_cast<const T*>(b.b);
   const A* s = static_cast<const A*>(b.stats);
   T* dx = static_cast<T*>(b.out);
-  const int64_t n = p.n;
-  for_each_row(p, [&](int64_t r) {
-    const T* g = dy + r * n;
-    const T* o = y + r * n;
-    T* out = dx + r * n;
+  for_each_backward_row<T>(p, b, [&](int64_t r, const T* g, const T* o) {
+    T* out = dx + r * p.n;
     const V sum(s[r]);
     V g0, g1, y0, y1;
-    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+    for_blocks<kBlock<A>>(p.n, [&](int64_t j, int64_t len) {
       X::load(g + j, len, A(0), g0, g1);
       X::load(o + j, len, A(0), y0, y1);
       X::store(out + j, len, Backward<K>::apply(g0, y0, sum), Backward<K>::apply(g1, y1, sum));
