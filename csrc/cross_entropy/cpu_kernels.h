@@ -9,7 +9,7 @@
 // loss and statistics (max, log of the exp-sum). Backward: one pass writing softmax - smoothed one-hot,
 // scaled; the true class is fixed up from f32 (f64) values after the vector
 // loop, which also makes the in-place variant (grad over the logits) safe.
-// The mean / sum is a sequential sum of the per-row losses: fixed order,
+// The mean / sum adds the per-row losses in a fixed order (fixed_order_sum):
 // bit-identical whatever the thread count. (N, C, d...) logits (inner > 1)
 // and rows of fewer than kShortRowClasses classes go a vector lane a
 // position / row instead (Positions, walk_positions, walk_short_rows).
