@@ -19,6 +19,7 @@
 #error "include from a per-ISA TU (rows_cpu_*.cpp) that defines CPU_CAPABILITY"
 #endif
 
+#include "cpu/dtype_dispatch.h"
 #include "cpu/epilogue.h"
 #include "cpu/numerics.h"
 #include "cpu/row_kernel.h"
@@ -45,6 +46,8 @@ using ::softmax_ext::cpu::CPU_CAPABILITY::kBlock;
 using ::softmax_ext::cpu::CPU_CAPABILITY::row_sum;
 using ::softmax_ext::cpu::CPU_CAPABILITY::Vec;
 using ::softmax_ext::cpu::CPU_CAPABILITY::vexp;
+using ::softmax_ext::cpu::CPU_CAPABILITY::visit_dtype;
+using ::softmax_ext::cpu::CPU_CAPABILITY::visit_kind;
 using ::softmax_ext::cpu::CPU_CAPABILITY::vmax;
 
 // f(r) for every row, about 32K elements a task.
@@ -155,36 +158,24 @@ void backward_apply(const RowsProblem& p, const RowsBuffers& b) {
   });
 }
 
-template <typename T>
+template <Kind K, typename T>
 void run_step(const RowsProblem& p, const RowsBuffers& b) {
-  auto by_kind = [&](auto softmax_fn, auto log_fn) {
-    if (p.kind == Kind::LogSoftmax) log_fn();
-    else softmax_fn();
-  };
   switch (p.step) {
     case Step::Stats: return stats<T>(p, b);
-    case Step::Normalize:
-      return by_kind([&] { normalize<Kind::Softmax, T>(p, b); }, [&] { normalize<Kind::LogSoftmax, T>(p, b); });
-    case Step::BackStats:
-      return by_kind([&] { backward_stats<Kind::Softmax, T>(p, b); },
-                     [&] { backward_stats<Kind::LogSoftmax, T>(p, b); });
-    case Step::BackApply:
-      return by_kind([&] { backward_apply<Kind::Softmax, T>(p, b); },
-                     [&] { backward_apply<Kind::LogSoftmax, T>(p, b); });
+    case Step::Normalize: return normalize<K, T>(p, b);
+    case Step::BackStats: return backward_stats<K, T>(p, b);
+    case Step::BackApply: return backward_apply<K, T>(p, b);
   }
 }
 
 }  // namespace
 
+// (the op bodies have checked the dtype)
 void run(const RowsPlan& plan, const RowsBuffers& buffers) {
   const RowsProblem& p = plan.problem;
-  switch (p.dtype) {
-    case c10::ScalarType::Float: return run_step<float>(p, buffers);
-    case c10::ScalarType::Double: return run_step<double>(p, buffers);
-    case c10::ScalarType::Half: return run_step<c10::Half>(p, buffers);
-    case c10::ScalarType::BFloat16: return run_step<c10::BFloat16>(p, buffers);
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "softmax_ext.distributed: dtype ", p.dtype, " is not supported");
-  }
+  visit_kind(p.kind, [&](auto kind) {
+    visit_dtype(p.dtype, [&](auto t) { run_step<decltype(kind)::value, typename decltype(t)::type>(p, buffers); });
+  });
 }
 
 }  // namespace softmax_ext::distributed::CPU_CAPABILITY
