@@ -19,6 +19,7 @@
 #error "include from a per-ISA TU (cpu_*.cpp) that defines CPU_CAPABILITY"
 #endif
 
+#include "cpu/dtype_dispatch.h"
 #include "cpu/numerics.h"
 #include "cross_entropy/plan.h"
 
@@ -39,6 +40,7 @@ namespace {
 
 // exp at torch's accuracy, inline for float lanes on x86 (cpu/numerics.h).
 using ::softmax_ext::cpu::CPU_CAPABILITY::vexp;
+using ::softmax_ext::cpu::CPU_CAPABILITY::visit_dtype;
 using ::softmax_ext::cpu::CPU_CAPABILITY::vlog;
 
 // Elements of work per parallel_for chunk (ATen's GRAIN_SIZE), counting a
@@ -108,19 +110,20 @@ acc_t fixed_order_sum(int64_t n, const Value& value) {
 // The non-ignored targets' total weight (a count without weights).
 template <typename acc_t>
 acc_t total_weight(const CeProblem& p, const void* target, const acc_t* w) {
-  // (an out-of-range target is reported by the row loop)
-  auto counted = [&p, target](int64_t r, int64_t& t) {
-    t = read_target(p, target, r);
-    return t != p.ignore_index && t >= 0 && t < p.classes;
+  // row r's target, or -1 where it counts for nothing (an out-of-range
+  // target is reported by the row loop)
+  auto counted = [&p, target](int64_t r) {
+    const int64_t t = read_target(p, target, r);
+    return t != p.ignore_index && t >= 0 && t < p.classes ? t : int64_t{-1};
   };
   if (w == nullptr) {
     int64_t count = 0;
-    for (int64_t r = 0, t; r < p.rows; ++r) count += counted(r, t);
+    for (int64_t r = 0; r < p.rows; ++r) count += counted(r) >= 0;
     return static_cast<acc_t>(count);
   }
   return fixed_order_sum<acc_t>(p.rows, [&](int64_t r) {
-    int64_t t;
-    return counted(r, t) ? w[t] : acc_t(0);
+    const int64_t t = counted(r);
+    return t >= 0 ? w[t] : acc_t(0);
   });
 }
 
@@ -646,30 +649,21 @@ bool backward_impl(const CePlan& plan, const CeBuffers& b, int64_t& bad_target) 
   return k.finish(bad_target);
 }
 
-template <typename F>
-void dispatch(c10::ScalarType t, F&& f) {
-  switch (t) {
-    case c10::ScalarType::Float: return f(float{});
-    case c10::ScalarType::Double: return f(double{});
-    case c10::ScalarType::Half: return f(c10::Half{});
-    case c10::ScalarType::BFloat16: return f(c10::BFloat16{});
-    default: TORCH_CHECK_NOT_IMPLEMENTED(false, "softmax_ext.cross_entropy: dtype ", t, " is not supported");
-  }
-}
-
 }  // namespace
 
+// (the op bodies have checked the dtype)
 bool forward(const CePlan& plan, const CeBuffers& buffers, void* workspace, int64_t& bad_target) {
   bool ok = true;
-  dispatch(plan.problem.dtype, [&](auto tag) {
-    ok = forward_impl<decltype(tag)>(plan, buffers, workspace, bad_target);
+  visit_dtype(plan.problem.dtype, [&](auto tag) {
+    ok = forward_impl<typename decltype(tag)::type>(plan, buffers, workspace, bad_target);
   });
   return ok;
 }
 
 bool backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_target) {
   bool ok = true;
-  dispatch(plan.problem.dtype, [&](auto tag) { ok = backward_impl<decltype(tag)>(plan, buffers, bad_target); });
+  visit_dtype(plan.problem.dtype,
+              [&](auto tag) { ok = backward_impl<typename decltype(tag)::type>(plan, buffers, bad_target); });
   return ok;
 }
 
