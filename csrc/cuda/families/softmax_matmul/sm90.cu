@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        "r"(d)
                        : "memory");
         }
-      store_panels<BN / 64>(&tmo, smem, kBM * 128, n0, a.d3, row0, ob);
+      store_panels<BN / 64, 64>(&tmo, [&](int q) { return smem + q * (kBM * 128); }, n0, a.d3, row0, ob);
       return;
     }
   }

@@ -175,7 +175,7 @@ void backward(const BwdArgs& a, int bn_dv) {
                                 : &smm_bwd_dx_kernel<T, BN, kCpAsync, kDxStages>;
       const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
       softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch, kThreads, DxCfg<BN, kDxStages>::kSmem, stream,
-                                           a, tmv, tmo, tmv);
+                                           a, tmv, tmo, tmv, tmv, tmv);
     };
     const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
     if (dx_env != nullptr && dx_env[0] == '2') dx(std::integral_constant<int, 256>{});

@@ -165,7 +165,7 @@ struct DxCfg {
   static constexpr int kPanelBytes = 128 * 128;          // the x tile: 64 columns x 128 rows a panel
   static constexpr int kXBytes = BN / 64 * kPanelBytes;
   static constexpr int kBarOffset = S * kStageBytes;     // TMA: one mbarrier per stage, then the x tile's
-  static constexpr int kSmem = kBarOffset + 8 * (S + 1) + 1024;
+  static constexpr int kSmem = kBarOffset + 8 * (S + 2) + 1024;  // + the x tile's two (register-A kernel)
 };
 
 #ifdef SMM_SM90A_DEVICE
@@ -229,23 +229,33 @@ __device__ __forceinline__ void put_tf32(uint32_t (&f)[N][4], int kb, int e, flo
 // kLoOffset != 0: 3xTF32 (T = float). fetch fills 8 fragments, the 4 big
 // parts then the 4 small ones; the stage holds B's big part (B rounded to
 // TF32) and, kLoOffset bytes past it, B's small part.
+// kExtra (TMA only): loads nk .. nk + kExtra - 1 after the K tiles, each
+// into the stage load k would take (k % kS) once it is free, completing on
+// an mbarrier of its own (bars + 8 (kS + k - nk)), which the caller waits
+// on after the loop (the dX epilogue's x tile, landing while the last K
+// tiles run).
 // Each stage's small x big, big x small and big x big products are summed
 // by the tensor cores into a zeroed tile accumulator, added to acc in f32,
 // so that the tensor cores' own accumulation spans one stage only.
 template <typename T, int BN, int TB, int kS, int kStageBytes, int kDescStep, int LOAD, int kLoOffset = 0,
-          typename LoadFn, typename Fetch>
+          int kExtra = 0, typename LoadFn, typename Fetch>
 __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t smem, uint32_t bars, int nk,
                                                uint64_t desc_base, const LoadFn& load, const Fetch& fetch) {
   constexpr bool TMA = LOAD == kTma;
+  static_assert(kExtra == 0 || (TMA && kExtra <= kS - 1), "extra loads: TMA, issued by the last iteration");
+  // load k (thread 0): its stage and mbarrier
+  const auto issue = [&](int k) {
+    load(smem + static_cast<uint32_t>(k % kS) * kStageBytes, k, bars + 8 * (k < nk ? k % kS : kS + k - nk));
+  };
   constexpr bool kSplit = kLoOffset != 0;
   static_assert(!kSplit || std::is_same_v<T, float>, "3xTF32 is float32 only");
   constexpr int kFrags = kSplit ? 8 : 4;
   uint32_t fa[kFrags][4], fb[kFrags][4];
   [[maybe_unused]] float tile[kSplit ? BN / 2 : 1];
   if constexpr (TMA) {
-    init_stage_barriers<kS>(bars);
+    init_stage_barriers<kS + kExtra>(bars);
     if (threadIdx.x == 0) {
-      for (int s = 0; s < kS - 1 && s < nk; ++s) load(smem + s * kStageBytes, s, bars + 8 * s);
+      for (int s = 0; s < kS - 1 && s < nk + kExtra; ++s) issue(s);
     }
     mbar_wait(bars, 0);
   } else {
@@ -283,14 +293,13 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
       for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN, TB>(acc, fa[kb], desc_base | ((stage + kb * kDescStep) >> 4));
     }
     wgmma_commit();
+    const int kn = kt + kS - 1;
     if (kt + 1 < nk) {
-      const int kn = kt + kS - 1;
       if constexpr (TMA) {
         // every warp done with tile kt - 1 (its wgmma waited, its fragments
         // fetched in earlier iterations): its stage is refilled now
         __syncthreads();
-        if (threadIdx.x == 0 && kn < nk)
-          load(smem + static_cast<uint32_t>(kn % kS) * kStageBytes, kn, bars + 8 * (kn % kS));
+        if (threadIdx.x == 0 && kn < nk + kExtra) issue(kn);
         mbar_wait(bars + 8 * ((kt + 1) % kS), ((kt + 1) / kS) & 1);
       } else {
         cp_async_wait<kS - 3>();
@@ -300,6 +309,9 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
         cp_async_commit();
       }
       fetch(fb, smem + static_cast<uint32_t>((kt + 1) % kS) * kStageBytes);
+    } else if constexpr (kExtra > 0) {  // the last K tile: the extra loads not yet issued
+      __syncthreads();
+      if (threadIdx.x == 0 && kn < nk + kExtra) issue(kn);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -326,63 +338,81 @@ __device__ __forceinline__ void wgmma_mainloop(float (&acc)[BN / 2], uint32_t sm
 #endif
 
 #ifdef SMM_SM90A_DEVICE
-// dX's epilogue through shared memory: dX = exp(x - lse) * (acc - D) of this
-// thread's rows g, g + 8 of its warp's 16, with the CTA's x tile (128 rows x
-// BN columns as BN / 64 panels of 128 rows x 128 bytes, 128-byte swizzled)
-// landing at xs on the mbarrier xbar; dX replaces it in place and TMA stores
-// it by tmd. This thread's pair of columns 8j + 2t of tile row r = 16 warp +
-// g + 8h is 4 bytes at 4t in 16-byte chunk j % 8 of panel j / 8, stored at
-// ((j % 8) ^ (r % 8)) << 4 of the row (r % 8 = g); each element read and
-// written by the same thread, so in place. Rows past d1: lse and D not read
-// (their dX is computed from zeros and not stored: the TMA store clips at
-// d1, as at d2).
-template <typename T, int BN>
-__device__ __forceinline__ void dx_epilogue_staged(const BwdArgs& a, const float (&acc)[BN / 2], uint32_t xs,
-                                                   uint32_t xbar, const CUtensorMap* tmd, int64_t b, int64_t row0,
-                                                   int64_t n0) {
+// dX's epilogue through shared memory: dX = P * (acc - D) of this thread's
+// rows g, g + 8 of its warp's 16, P = exp(x - lse) (EXPF: expf, 3xTF32;
+// else ex2.approx), with the CTA's x tile (128 rows x BN columns of d2) in
+// panels of 128 rows x 128 bytes (kPanelCols = 128 / sizeof(T) columns),
+// 128-byte swizzled, the panel p at shared address panel(p), landed once
+// wait() returns; dX replaces x in place and TMA stores it by tmd. This
+// thread's pair of columns c = 8j + 2t of tile row r = 16 warp + g + 8h is
+// at byte o = (c % kPanelCols) sizeof(T) of its panel's row: 16-byte chunk
+// o / 16, stored at chunk (o / 16) ^ (r % 8) (r % 8 = g); each element read
+// and written by the same thread, so in place. Rows past d1: lse and D not
+// read (their dX is computed from zeros and not stored: the TMA store clips
+// at d1, as at d2).
+template <typename T, int BN, bool EXPF, typename PanelAddr, typename Wait>
+__device__ __forceinline__ void dx_epilogue_staged(const BwdArgs& a, const float (&acc)[BN / 2],
+                                                   const PanelAddr& panel, const Wait& wait, const CUtensorMap* tmd,
+                                                   int64_t b, int64_t row0, int64_t n0) {
   constexpr float kLog2e = 1.4426950408889634f;
-  constexpr int kPanelBytes = DxCfg<BN, kDxStages>::kPanelBytes;
+  constexpr int kPanelCols = 128 / static_cast<int>(sizeof(T));
+  using Pair = std::conditional_t<std::is_same_v<T, float>, float2, uint32_t>;  // two values of x / dX
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  float nl[2], dd[2];
+  float lse[2], dd[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + 16 * warp + g + 8 * h;
     const bool in = row < a.d1;
-    nl[h] = in ? -a.lse[b * a.d1 + row] * kLog2e : 0.f;
+    lse[h] = in ? a.lse[b * a.d1 + row] : 0.f;
     dd[h] = in ? a.delta[b * a.d1 + row] : 0.f;
   }
-  const uint32_t xt = xs + (16 * warp + g) * 128 + 4 * t;
-  uint32_t xw[2][BN / 8];
-  mbar_wait(xbar, 0);
+  // this thread's pair j of row half h
+  const auto addr = [&](int h, int j) {
+    const int c = 8 * j + 2 * t, o = (c % kPanelCols) * static_cast<int>(sizeof(T));
+    return panel(c / kPanelCols) + (16 * warp + g + 8 * h) * 128 + (((o >> 4) ^ g) << 4) + (o & 15);
+  };
+  wait();
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-      asm volatile("ld.shared.b32 %0, [%1];"
-                   : "=r"(xw[h][j])
-                   : "r"(xt + h * (8 * 128) + (j / 8) * kPanelBytes + (((j % 8) ^ g) << 4)));
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
+    const float nl = -lse[h] * kLog2e;
+    Pair xw[BN / 8];
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      const float2 xv = unpack<T>(xw[h][j]);
-      const float p0 = ex2(fmaf(xv.x, kLog2e, nl[h])), p1 = ex2(fmaf(xv.y, kLog2e, nl[h]));
-      const uint32_t d = pack<T>(p0 * (acc[4 * j + 2 * h] - dd[h]), p1 * (acc[4 * j + 2 * h + 1] - dd[h]));
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(xt + h * (8 * 128) + (j / 8) * kPanelBytes + (((j % 8) ^ g) << 4)),
-                   "r"(d)
-                   : "memory");
+      if constexpr (std::is_same_v<T, float>)
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(xw[j].x), "=f"(xw[j].y) : "r"(addr(h, j)));
+      else
+        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(xw[j]) : "r"(addr(h, j)));
     }
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const float d0 = acc[4 * j + 2 * h] - dd[h], d1 = acc[4 * j + 2 * h + 1] - dd[h];
+      if constexpr (std::is_same_v<T, float>) {
+        const float p0 = EXPF ? expf(xw[j].x - lse[h]) : ex2(fmaf(xw[j].x, kLog2e, nl));
+        const float p1 = EXPF ? expf(xw[j].y - lse[h]) : ex2(fmaf(xw[j].y, kLog2e, nl));
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr(h, j)), "f"(p0 * d0), "f"(p1 * d1) : "memory");
+      } else {
+        const float2 xv = unpack<T>(xw[j]);
+        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr(h, j)), "r"(pack<T>(p0 * d0, p1 * d1)) : "memory");
+      }
+    }
+  }
   // the tile stored by TMA, a box per panel (none for a panel wholly past d2)
-  store_panels<BN / 64>(tmd, xs, kPanelBytes, n0, a.d2, row0, b);
+  store_panels<BN / kPanelCols, kPanelCols>(tmd, panel, n0, a.d2, row0, b);
 }
 
 // dX's epilogue from registers to global memory: x read and dX written by 4-
 // (16-bit) or 8-byte (f32) accesses, d1 and d2 tails masked (d2 even). EXPF:
-// P = expf(x - lse) (3xTF32) in place of ex2.approx.
+// P = expf(x - lse) (3xTF32) in place of ex2.approx. x is loaded kBatch
+// pairs at a time before their dX stores: x and dX could alias for all the
+// compiler knows, so a load after a store waits for it, and one load per
+// store made a chain of DRAM round trips a thread.
 template <typename T, int BN, bool EXPF>
 __device__ __forceinline__ void dx_epilogue_global(const BwdArgs& a, const float (&acc)[BN / 2], int64_t b,
                                                    int64_t row0, int64_t n0) {
   constexpr float kLog2e = 1.4426950408889634f;
+  using Pair = std::conditional_t<std::is_same_v<T, float>, float2, uint32_t>;  // two values of x / dX
+  constexpr int kBatch = std::is_same_v<T, float> ? 8 : 16;  // loads in flight (registers: 128 a thread at 2 CTAs an SM)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const T* xb = static_cast<const T*>(a.x) + b * a.x_batch_stride;
   T* dxb = static_cast<T*>(a.dx) + b * a.d1 * a.d2;
@@ -396,20 +426,29 @@ __device__ __forceinline__ void dx_epilogue_global(const BwdArgs& a, const float
     const T* xr = xb + row * a.x_row_stride;
     T* dr = dxb + row * a.d2;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int64_t col = n0 + 8 * j + 2 * t;
-      if (col >= a.d2) continue;  // d2 is even (a multiple of 8)
-      if constexpr (std::is_same_v<T, float>) {
-        const float2 xv = *reinterpret_cast<const float2*>(xr + col);
-        const float p0 = EXPF ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
-        const float p1 = EXPF ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
-        *reinterpret_cast<float2*>(dr + col) =
-            make_float2(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
-      } else {
-        const float2 xv = unpack<T>(*reinterpret_cast<const uint32_t*>(xr + col));
-        const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
-        *reinterpret_cast<uint32_t*>(dr + col) =
-            pack<T>(p0 * (acc[4 * j + 2 * h] - dd), p1 * (acc[4 * j + 2 * h + 1] - dd));
+    for (int j0 = 0; j0 < BN / 8; j0 += kBatch) {
+      Pair xs[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t col = n0 + 8 * (j0 + j) + 2 * t;  // d2 is even (a multiple of 8)
+        if (col < a.d2) xs[j] = *reinterpret_cast<const Pair*>(xr + col);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t col = n0 + 8 * (j0 + j) + 2 * t;
+        if (col >= a.d2) continue;
+        const int c = 4 * (j0 + j) + 2 * h;
+        const float d0 = acc[c] - dd, d1 = acc[c + 1] - dd;
+        if constexpr (std::is_same_v<T, float>) {
+          const float2 xv = xs[j];
+          const float p0 = EXPF ? expf(xv.x - lse) : ex2(fmaf(xv.x, kLog2e, nl));
+          const float p1 = EXPF ? expf(xv.y - lse) : ex2(fmaf(xv.y, kLog2e, nl));
+          *reinterpret_cast<float2*>(dr + col) = make_float2(p0 * d0, p1 * d1);
+        } else {
+          const float2 xv = unpack<T>(xs[j]);
+          const float p0 = ex2(fmaf(xv.x, kLog2e, nl)), p1 = ex2(fmaf(xv.y, kLog2e, nl));
+          *reinterpret_cast<uint32_t*>(dr + col) = pack<T>(p0 * d0, p1 * d1);
+        }
       }
     }
   }
@@ -417,19 +456,30 @@ __device__ __forceinline__ void dx_epilogue_global(const BwdArgs& a, const float
 #endif
 
 // dX with dO's fragments in registers (ldmatrix): the kernel of float32 (dO
-// rounded, or split, in registers), of cp.async loads and of 256 columns. LOAD: kTma with
-// the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box kKCols x 128);
-// kCpAsync ignores them. S: pipeline stages. SPLIT (3xTF32, kTma only): dO
-// split into big and small parts in registers, V's small part by tmvl
-// (unused otherwise), P = expf(x - lse). The epilogue through global memory.
-template <typename T, int BN, int LOAD, int S, bool SPLIT = false>
+// rounded, or split, in registers), of cp.async loads and of 256 columns.
+// LOAD: kTma with the tensor maps tmv (V, box kKCols x BN) and tmo (dO, box
+// kKCols x 128); kCpAsync ignores them. S: pipeline stages. SPLIT (3xTF32,
+// kTma only): dO split into big and small parts in registers, V's small
+// part by tmvl (unused otherwise), P = expf(x - lse). STAGED (kTma, BN =
+// 128): the epilogue through shared memory (dx_epilogue_staged): the x
+// tile's 128-byte panels (tmx: boxes of kKCols columns x 128 rows) come by
+// TMA as two loads after the K tiles (wgmma_mainloop's kExtra), each into a
+// stage the loop is done with, and dX goes out by tmd; else the epilogue
+// through global memory.
+template <typename T, int BN, int LOAD, int S, bool SPLIT = false, bool STAGED = false>
 __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
     smm_bwd_dx_kernel(BwdArgs a, int64_t batch0, const __grid_constant__ CUtensorMap tmv,
-                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmvl) {
+                      const __grid_constant__ CUtensorMap tmo, const __grid_constant__ CUtensorMap tmvl,
+                      const __grid_constant__ CUtensorMap tmx, const __grid_constant__ CUtensorMap tmd) {
   static_assert(!SPLIT || (std::is_same_v<T, float> && LOAD == kTma), "3xTF32: f32, TMA");
+  static_assert(!STAGED || (LOAD == kTma && BN == 128), "the staged epilogue: TMA, 128 columns");
 #ifdef SMM_SM90A_DEVICE
   using C = DxCfg<BN, S, SPLIT>;
   constexpr int kS = S;
+  // STAGED: the x tile's panels, kPanels a stage, in loads nk and nk + 1
+  constexpr int kPanels = BN / kKCols<T>, kPerStage = C::kStageBytes / C::kPanelBytes;
+  constexpr int kExtra = STAGED ? (kPanels + kPerStage - 1) / kPerStage : 0;
+  static_assert(kExtra <= 2, "the x tile in two loads");
   const uint32_t smem = smem_base_1k();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const CtaTile<BN> cta(a.d2, batch0);
@@ -443,18 +493,28 @@ __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
   const int lane_r7 = lr & 7, lane_hi = lane >> 4;
   const uint32_t o_lane = C::kVBytes + lr * 128;
   const uint64_t desc_base = desc_kmajor();
+  const uint32_t bars = smem + C::kBarOffset;
 
   float acc[BN / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset>(
-      acc, smem, smem + C::kBarOffset, nk, desc_base,
+  wgmma_mainloop<T, BN, 0, kS, C::kStageBytes, 32, LOAD, C::kLoOffset, kExtra>(
+      acc, smem, bars, nk, desc_base,
       [&](uint32_t stage, int k, uint32_t bar) {
-        if constexpr (LOAD == kTma)
-          dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
-                            static_cast<int>(b));
-        else
+        if constexpr (LOAD == kTma) {
+          if (STAGED && k >= nk) {  // panels kPerStage (k - nk) .. of the x tile
+            const int p0 = kPerStage * (k - nk), np = min(kPerStage, kPanels - p0);
+            mbar_expect_tx(bar, np * C::kPanelBytes);
+            for (int p = 0; p < np; ++p)
+              tma_load_3d(stage + p * C::kPanelBytes, &tmx, static_cast<int>(n0) + kK * (p0 + p),
+                          static_cast<int>(row0), static_cast<int>(b), bar);
+          } else {
+            dx_tma<BN, SPLIT>(stage, bar, &tmv, &tmo, &tmvl, static_cast<int>(row0), static_cast<int>(n0), kK * k,
+                              static_cast<int>(b));
+          }
+        } else {
           dx_load<T, BN>(stage, a, vb, gb, row0, n0, int64_t{k} * kK);
+        }
       },
       [&](uint32_t (&f)[SPLIT ? 8 : 4][4], uint32_t stage) {
 #pragma unroll
@@ -467,7 +527,21 @@ __global__ void __launch_bounds__(kThreads, BN == 128 && !SPLIT ? 2 : 1)
         }
       });
   // dX = exp(x - lse) * (dP - D), this thread's rows g, g + 8.
-  dx_epilogue_global<T, BN, SPLIT>(a, acc, b, row0, n0);
+  if constexpr (STAGED) {
+    dx_epilogue_staged<T, BN, SPLIT>(
+        a, acc,
+        [&](int p) {
+          return smem + static_cast<uint32_t>((nk + p / kPerStage) % kS) * C::kStageBytes +
+                 (p % kPerStage) * C::kPanelBytes;
+        },
+        [&] {
+#pragma unroll
+          for (int e = 0; e < kExtra; ++e) mbar_wait(bars + 8 * (kS + e), 0);
+        },
+        &tmd, b, row0, n0);
+  } else {
+    dx_epilogue_global<T, BN, SPLIT>(a, acc, b, row0, n0);
+  }
 #else
   __trap();
 #endif
@@ -542,7 +616,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
 
-  dx_epilogue_staged<T, BN>(a, acc, smem + static_cast<uint32_t>(nk % S) * C::kStageBytes, xbar, &tmd, b, row0, n0);
+  const uint32_t xs = smem + static_cast<uint32_t>(nk % S) * C::kStageBytes;
+  dx_epilogue_staged<T, BN, false>(
+      a, acc, [&](int p) { return xs + p * C::kPanelBytes; }, [&] { mbar_wait(xbar, 0); }, &tmd, b, row0, n0);
 #else
   __trap();
 #endif

@@ -189,17 +189,29 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
                a.v_batch_stride, stream);
     tf32_split(a.go_t, a.go_t, a.go_t_lo, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
   }
-  auto dx = [&](auto bn_tag, auto split_tag) {
+  // dX's epilogue through shared memory (the x tile by TMA into freed
+  // stages, dX stored by TMA) where x's and dX's maps of 32 x 128 boxes can
+  // be made; SOFTMAX_EXT_SMM_DX_STAGED=0: through global memory (A/B work).
+  CUtensorMap tmx{}, tmd{};
+  const char* staged_env = std::getenv("SOFTMAX_EXT_SMM_DX_STAGED");
+  const bool staged = dx_bn == 128 && !(staged_env != nullptr && staged_env[0] == '0') &&
+                      map_3d<float>(&tmx, a.x, a.d2, a.d1, a.batch, a.x_row_stride, a.x_batch_stride, 32, 128) &&
+                      map_3d<float>(&tmd, a.dx, a.d2, a.d1, a.batch, a.d2, a.d1 * a.d2, 32, 128);
+  auto dx = [&](auto bn_tag, auto split_tag, auto staged_tag) {
     constexpr int BN = decltype(bn_tag)::value;
-    constexpr bool SPLIT = decltype(split_tag)::value;
+    constexpr bool SPLIT = decltype(split_tag)::value, STAGED = decltype(staged_tag)::value;
     constexpr int S = SPLIT ? kDxSplitStages : kDxStages;
     const int64_t blocks = ((a.d2 + BN - 1) / BN) * ((a.d1 + 127) / 128);
-    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_kernel<float, BN, kTma, S, SPLIT>, blocks, a.batch, kThreads,
-                                         DxCfg<BN, S, SPLIT>::kSmem, stream, a, tmv, tmo, tmvl);
+    softmax_ext::cuda::launch_batch_grid(&smm_bwd_dx_kernel<float, BN, kTma, S, SPLIT, STAGED>, blocks, a.batch,
+                                         kThreads, DxCfg<BN, S, SPLIT>::kSmem, stream, a, tmv, tmo, tmvl, tmx, tmd);
   };
-  if (split3) dx(std::integral_constant<int, 128>{}, std::true_type{});
-  else if (dx_bn == 256) dx(std::integral_constant<int, 256>{}, std::false_type{});
-  else dx(std::integral_constant<int, 128>{}, std::false_type{});
+  auto dx128 = [&](auto split_tag) {
+    if (staged) dx(std::integral_constant<int, 128>{}, split_tag, std::true_type{});
+    else dx(std::integral_constant<int, 128>{}, split_tag, std::false_type{});
+  };
+  if (split3) dx128(std::true_type{});
+  else if (dx_bn == 256) dx(std::integral_constant<int, 256>{}, std::false_type{}, std::false_type{});
+  else dx128(std::false_type{});
   auto dv = [&](auto bn_tag, auto split_tag) {
     constexpr int BN = decltype(bn_tag)::value;
     constexpr bool SPLIT = decltype(split_tag)::value;

@@ -94,21 +94,21 @@ __device__ __forceinline__ void tma_store_wait_read() {
 }
 // The end of a kernel that stores its output tile from shared memory: after
 // every thread has written its part of the tile into kPanels panels of
-// `panel_bytes` (64 columns each, the panel p at col0 + 64 p), makes the
-// writes visible to the async proxy, and one thread stores by TMA each
-// panel that starts before `cols` and waits until the stores have read it
-// (the CTA's shared memory is released when its threads exit).
-template <int kPanels>
-__device__ __forceinline__ void store_panels(const CUtensorMap* map, uint32_t panels, uint32_t panel_bytes,
-                                             int64_t col0, int64_t cols, int64_t row0, int64_t b) {
+// kCols columns (the panel p, at shared address addr(p), holds columns
+// col0 + kCols p ..), makes the writes visible to the async proxy, and one
+// thread stores by TMA each panel that starts before `cols` and waits until
+// the stores have read it (the CTA's shared memory is released when its
+// threads exit).
+template <int kPanels, int kCols, typename Addr>
+__device__ __forceinline__ void store_panels(const CUtensorMap* map, const Addr& addr, int64_t col0, int64_t cols,
+                                             int64_t row0, int64_t b) {
   fence_proxy_async();
   __syncthreads();
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int p = 0; p < kPanels; ++p)
-      if (col0 + 64 * p < cols)
-        tma_store_3d(map, panels + p * panel_bytes, static_cast<int>(col0) + 64 * p, static_cast<int>(row0),
-                     static_cast<int>(b));
+      if (col0 + kCols * p < cols)
+        tma_store_3d(map, addr(p), static_cast<int>(col0) + kCols * p, static_cast<int>(row0), static_cast<int>(b));
     tma_store_commit();
     tma_store_wait_read();
   }
