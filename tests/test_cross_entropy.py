@@ -469,15 +469,20 @@ def test_fused_forward_follows_the_incoming_gradient(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_fused_grad_scale_skips_one(device):
     """_cross_entropy_grad_scale_ leaves the gradient's bits alone for a
-    grad_loss of 1 and scales in the accumulation dtype otherwise."""
+    grad_loss of 1 and scales in the accumulation dtype otherwise, whatever
+    floating dtype grad_loss has (read as it is on CUDA) and wherever its
+    one value sits in its storage."""
     ops = torch.ops.softmax_ext
-    for dtype in (torch.bfloat16, torch.float32):
-        g = torch.randn(5, 1001, dtype=dtype, device=device)
-        before = g.clone()
-        ops._cross_entropy_grad_scale_.default(g, torch.ones((), device=device))
-        assert torch.equal(g, before)
-        ops._cross_entropy_grad_scale_.default(g, torch.tensor(-3.0, dtype=torch.float64, device=device))
-        torch.testing.assert_close(g, (before.float() * -3.0).to(dtype), rtol=0, atol=0)
+    for dtype in (torch.bfloat16, torch.float32, torch.float64):
+        for loss_dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn):
+            g = torch.randn(5, 1001, dtype=dtype, device=device)
+            before = g.clone()
+            ops._cross_entropy_grad_scale_.default(g, torch.ones((), device=device).to(loss_dtype))
+            assert torch.equal(g, before), (dtype, loss_dtype)
+            value = torch.tensor([0.5, -3.0], device=device).to(loss_dtype)[1]  # an offset view
+            ops._cross_entropy_grad_scale_.default(g, value)
+            acc = torch.float64 if dtype == torch.float64 else torch.float32
+            torch.testing.assert_close(g, (before.to(acc) * -3.0).to(dtype), rtol=0, atol=0, msg=str(loss_dtype))
     with pytest.raises(ValueError, match="grad_loss has shape"):
         ops._cross_entropy_grad_scale_.default(g, torch.ones(2, device=device))
 

@@ -243,16 +243,27 @@ void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
   TORCH_CHECK_VALUE(grad_loss.numel() == 1, op, ": grad_loss has shape ", grad_loss.sizes(), "; expected one value");
   TORCH_CHECK_VALUE(grad_loss.device() == grad.device(), op, ": grad_loss is on ", grad_loss.device(),
                     " but grad is on ", grad.device());
-  const c10::ScalarType acc = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor g = grad_loss.to(acc).reshape({});
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (grad.is_cuda() && grad.is_contiguous() && reinterpret_cast<uintptr_t>(grad.data_ptr()) % 16 == 0) {
+    // the kernel reads the value in its own dtype (no cast launched first)
+    // where it is one of the four it knows
+    at::Tensor value = grad_loss;
+    GradLossType type = GradLossType::kFloat;
+    switch (grad_loss.scalar_type()) {
+      case at::kFloat: break;
+      case at::kDouble: type = GradLossType::kDouble; break;
+      case at::kHalf: type = GradLossType::kHalf; break;
+      case at::kBFloat16: type = GradLossType::kBFloat16; break;
+      default: value = grad_loss.to(at::kFloat);
+    }
     c10::OptionalDeviceGuard guard(grad.device());
     cuda_grad_scale(grad.scalar_type(), grad.device().index(), grad.mutable_data_ptr(), grad.numel(),
-                    g.const_data_ptr());
+                    value.const_data_ptr(), type);
     return;
   }
 #endif
+  const c10::ScalarType acc = grad.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor g = grad_loss.to(acc).reshape({});
   if (grad.is_cuda()) {
     grad.mul_(g);  // (a view of other layout: torch's kernel, always one pass)
     return;

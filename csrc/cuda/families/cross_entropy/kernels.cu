@@ -539,15 +539,26 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
 
 // The backward of the fused forward (its gradient was written for
 // grad_loss = 1): grad *= grad_loss, in place. Every block reads grad_loss
-// and returns at once when it is 1, the usual loss.backward(), so that
-// step makes no pass over the gradient and the host never waits for the
-// value.
+// (in its own dtype: no cast before the launch) and returns at once when it
+// is 1, the usual loss.backward(), so that step makes no pass over the
+// gradient and the host never waits for the value.
+template <typename acc_t>
+__device__ __forceinline__ acc_t read_grad_loss(const void* p, GradLossType type) {
+  switch (type) {
+    case GradLossType::kDouble: return static_cast<acc_t>(*static_cast<const double*>(p));
+    case GradLossType::kHalf: return static_cast<acc_t>(static_cast<float>(*static_cast<const c10::Half*>(p)));
+    case GradLossType::kBFloat16:
+      return static_cast<acc_t>(static_cast<float>(*static_cast<const c10::BFloat16*>(p)));
+    default: return static_cast<acc_t>(*static_cast<const float*>(p));
+  }
+}
+
 template <typename T>
-__global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const acc_type<T>* grad_loss,
-                                                             int* grad_one) {
+__global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const void* grad_loss,
+                                                             GradLossType loss_type, int* grad_one) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
-  const acc_t s = *grad_loss;
+  const acc_t s = read_grad_loss<acc_t>(grad_loss, loss_type);
   if (grad_one != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *grad_one = s == acc_t(1);
   if (s == acc_t(1)) return;
   const int64_t step = int64_t{gridDim.x} * blockDim.x;
@@ -757,7 +768,8 @@ int* cuda_grad_one_flag() {
   return flag.load();
 }
 
-void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss) {
+void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss,
+                     GradLossType loss_type) {
   if (n == 0) return;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
   dispatch_dtype(dtype, [&](auto tag) {
@@ -766,7 +778,7 @@ void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, c
     // a grid-stride loop: 2048 blocks keep every SM of a current GPU busy
     const int64_t blocks = std::min<int64_t>((n / kPack<T> + kThreads - 1) / kThreads + 1, 2048);
     ce_grad_scale_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<T*>(grad), n, static_cast<const acc_type<T>*>(grad_loss), cuda_grad_one_flag());
+        static_cast<T*>(grad), n, grad_loss, loss_type, cuda_grad_one_flag());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
 }
