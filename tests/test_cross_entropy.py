@@ -562,9 +562,14 @@ def test_short_rows(device, dtype):
     partial last block); every reduction and configuration, rows off any
     alignment; the fused forward, the plain forward + backward op and a
     no_grad call give the same bits."""
+    size = torch.empty((), dtype=dtype).element_size()
     for classes, lanes in ((1, 1), (2, 1), (8, 1), (9, 2), (21, 4), (64, 8), (65, 16), (255, 32), (1000, 32)):
-        if classes * torch.empty((), dtype=dtype).element_size() > 4096:
+        if classes * size > 4096:
             continue
+        if (classes * size) % 16 == 0:  # rows of whole 16-byte packs: four packs a lane
+            lanes = 1
+            while lanes < 32 and lanes * 4 * (16 // size) < classes:
+                lanes *= 2
         plan = softmax_ext.plan(torch.empty(5, classes, device=device, dtype=dtype), kind="cross_entropy")
         if device == "cuda":
             assert plan.kernel == f"cuda.ce_lanes{lanes}.{TAGS[dtype]}", plan.kernel
@@ -583,6 +588,19 @@ def test_short_rows(device, dtype):
             _check(x, t, w, reduction, smoothing, dtype, f"C={classes} {reduction} {config}", floor=floor)
             if reduction != "none":
                 _assert_paths_same_bits(x, t, w, reduction, smoothing, dtype, f"C={classes} {config}")
+        if device == "cuda" and (classes * size) % 16 == 0:
+            # aligned rows, read in 16-byte packs: right values, and the same
+            # bits as the element reads of the same rows off alignment
+            x, t, w = _inputs(70, classes, dtype, device, seed=60, ignore=True, weight=True)
+            off = torch.empty(70 * classes + 1, dtype=dtype, device=device)[1:].view(70, classes)
+            off.copy_(x)
+            for reduction, smoothing in (("mean", 0.1), ("sum", 0.0)):
+                what = f"C={classes} packed {reduction}"
+                _check(x, t, w, reduction, smoothing, dtype, what, floor=torch.finfo(dtype).eps if classes == 1 else 0.0)
+                _assert_paths_same_bits(x, t, w, reduction, smoothing, dtype, what)
+                packed = torch.ops.softmax_ext._cross_entropy_forward.default(x, t, w, -100, reduction, smoothing)
+                element = torch.ops.softmax_ext._cross_entropy_forward.default(off, t, w, -100, reduction, smoothing)
+                assert torch.equal(packed[0], element[0]) and torch.equal(packed[1], element[1]), what
 
 
 @requires_cuda

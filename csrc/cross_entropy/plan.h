@@ -153,6 +153,11 @@ struct CeBuffers {
 // overrides the choice (A/B runs).
 bool ce_reads_layout(c10::DeviceType device, int64_t positions, int64_t inner);
 
+// Whether the CUDA lanes kernels read the rows in 16-byte packs (where the
+// logits' base is 16-byte aligned too): plain rows of contiguous classes,
+// rows of whole 16-byte chunks. SOFTMAX_EXT_CE_PACKED=0: never (A/B runs).
+bool ce_packed_rows(const CeProblem& p);
+
 CePlan select_ce(const CeProblem& problem, bool backward);
 // Empty string when the buffers fit the plan, else what is wrong.
 std::string can_implement_ce(const CePlan& plan, const CeBuffers& buffers, bool backward);

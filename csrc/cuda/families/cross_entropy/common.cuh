@@ -51,6 +51,11 @@ struct RowLayout {
   int64_t class_stride = 1;
   int64_t grad_class_stride = 1;
   int lanes = 0;  // lanes a row (a power of two, 1-32); 0: not the lanes kernels
+  // plain rows: every row of the logits starts on a 16-byte boundary with
+  // its classes contiguous, so lanes read 16-byte packs (lanes.cuh); and so
+  // does every row of the gradient (grad_packed: packs written too)
+  bool packed = false;
+  bool grad_packed = false;
 };
 
 __device__ __forceinline__ int64_t row_offset(int64_t row, int64_t row_stride, int64_t inner) {

@@ -603,13 +603,23 @@ void fill_row_args(Args& a, const CeProblem& p, const CeBuffers& b) {
   a.eps_c = static_cast<acc_t>(p.smoothing) / static_cast<acc_t>(p.classes);
 }
 
-RowLayout layout_of(const CePlan& plan) {
+// The lanes kernels' layout: `packed` where the logits' rows start on
+// 16-byte boundaries with contiguous classes, `grad_packed` where the
+// gradient's do too (grad: null where none is written).
+template <typename T>
+RowLayout layout_of(const CePlan& plan, const T* logits, const T* grad, int64_t grad_row_stride) {
   const CeProblem& p = plan.problem;
   RowLayout l;
   l.inner = p.inner;
   l.class_stride = p.class_stride;
   l.grad_class_stride = p.grad_class_stride;
   l.lanes = plan.lanes;
+  const auto rows_aligned = [](const T* base, int64_t row_stride) {
+    return reinterpret_cast<uintptr_t>(base) % cuda::kVectorBytes == 0 &&
+           (row_stride * static_cast<int64_t>(sizeof(T))) % cuda::kVectorBytes == 0;
+  };
+  l.packed = ce_packed_rows(p) && rows_aligned(logits, p.row_stride);
+  l.grad_packed = l.packed && grad != nullptr && p.grad_class_stride == 1 && rows_aligned(grad, grad_row_stride);
   return l;
 }
 
@@ -662,7 +672,7 @@ void cuda_forward(const CePlan& plan, const CeBuffers& b, void* workspace) {
       cuda::dispatch_bool(p.fused_grad, [&](auto grad) {
         constexpr bool kSmooth = decltype(smooth)::value, kGrad = decltype(grad)::value;
         if (plan.lanes > 0) {  // short rows (lanes.cuh)
-          a.layout = layout_of(plan);
+          a.layout = layout_of<T>(plan, a.logits, kGrad ? a.grad : nullptr, a.grad_row_stride);
           return cuda::launch_after_prior(forward_after_prior, ce_lanes_forward_kernel<T, kSmooth, kGrad>,
                                           lanes_grid(p.rows, plan.lanes), kLaneThreads, stream, a);
         }
@@ -712,7 +722,7 @@ void cuda_backward(const CePlan& plan, const CeBuffers& b) {
     a.parts = plan.row_split;
     a.chunk = plan.row_split > 1 ? plan.chunk : p.classes;
     if (plan.lanes > 0) {  // short rows (lanes.cuh)
-      a.layout = layout_of(plan);
+      a.layout = layout_of<T>(plan, a.logits, a.grad, a.grad_row_stride);
       cuda::dispatch_bool(p.has_weight, [&](auto weighted) {
         ce_lanes_backward_kernel<T, decltype(weighted)::value>
             <<<lanes_grid(p.rows, plan.lanes), kLaneThreads, 0, stream>>>(a);

@@ -1,12 +1,19 @@
 // The cross-entropy's kernels for short rows (CePlan::lanes > 0): a few
 // lanes of a warp take a row, so a warp holds 32 / lanes rows, where a block
 // a row (kernels.cu) would leave most of its threads idle and end every row
-// with a block barrier. Lane l of a row reads the classes l, l + lanes, ...
-// (neighbouring lanes, neighbouring classes), kLaneUnroll loads in flight,
-// folded into its online (max, sum) a chunk at a time; the row's lanes then
-// combine theirs by a butterfly (fixed order, every lane gets the result).
-// lanes = 1 reads the (N, C, d...) layout as it is (RowLayout): a thread a
-// position, neighbouring threads on neighbouring positions of each class.
+// with a block barrier. Plain rows are folded in groups of one 16-byte
+// pack's classes: lane l takes the groups l, l + lanes, ..., a group a step
+// of its online (max, sum), then the classes after the last whole group,
+// lanes apart; where every row starts on a 16-byte boundary
+// (RowLayout::packed) a group is one 16-byte load (kLanePacks in flight),
+// element loads otherwise: the same sums in the same order either way. The
+// row's lanes then combine theirs by a butterfly (fixed order, every lane
+// gets the result).
+// lanes = 1 on the (N, C, d...) layout (RowLayout): a thread a position,
+// neighbouring threads on neighbouring positions of each class, its classes
+// kLaneUnroll loads at a time. The gradient: lane l writes the classes l,
+// l + lanes, ... (kLaneUnroll loads in flight), or 16-byte packs where the
+// logits' and the gradient's rows are aligned.
 //
 // The forward (plain or fused) and the backward use one layout and one
 // order, so the fused forward's gradient and the backward op's are the same
@@ -24,14 +31,50 @@ constexpr int kLaneThreads = 256;
 // classes at once; a thread of the (N, C, d...) layout keeps enough bytes
 // in flight with all threads of an SM resident.
 constexpr int kLaneUnroll = 8;
+// 16-byte packs (or groups of as many classes) in flight per lane of a
+// plain row: the plain forward's read, the gradient's write; the fused
+// forward reads one group at a time (64 registers a thread).
+template <typename T>
+constexpr int kLanePacks = sizeof(T) == 8 ? 2 : 4;
+constexpr int kLaneGradPacks = 2;
 
 // A lane's classes of one row's gradient (the fused forward's and the
-// backward's: one formula, the same bits), kLaneUnroll loads in flight.
+// backward's: one formula, the same bits), kLaneUnroll loads in flight, or
+// kLaneGradPacks 16-byte packs where the logits' and the gradient's rows
+// are packed (RowLayout::grad_packed).
 template <typename T>
 __device__ __forceinline__ void write_lanes_grad(const acc_type<T>* weight, const GradCoefficients<acc_type<T>>& k,
                                                  const T* x, T* g, int64_t classes, int64_t t, acc_type<T> m,
-                                                 acc_type<T> ls, int lane, int lanes, int64_t cs, int64_t gs) {
+                                                 acc_type<T> ls, int lane, int lanes, int64_t cs, int64_t gs,
+                                                 bool packed) {
   using acc_t = acc_type<T>;
+  const auto grad_of = [&](acc_t v, int64_t c) {
+    const acc_t d = grad_other<T>(k, v, m, ls, weight != nullptr ? weight[c] : acc_t(1));
+    return cuda::convert<T>(c == t ? d - k.cb : d);
+  };
+  if (packed) {  // 16-byte packs, then the classes after the last one a lane
+    constexpr int P = cuda::kPack<T>, U = kLaneGradPacks;
+    const int64_t packs = classes / P;
+    for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
+      cuda::Pack<T, P> pk[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t q = q0 + int64_t{u} * lanes;
+        if (q < packs) pk[u].load(x + q * P);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t q = q0 + int64_t{u} * lanes;
+        if (q < packs) {
+#pragma unroll
+          for (int e = 0; e < P; ++e) pk[u].v[e] = grad_of(cuda::convert<acc_t>(pk[u].v[e]), q * P + e);
+          pk[u].store(g + q * P);
+        }
+      }
+    }
+    for (int64_t c = packs * P + lane; c < classes; c += lanes) g[c] = grad_of(cuda::convert<acc_t>(x[c]), c);
+    return;
+  }
   for (int64_t c0 = lane; c0 < classes; c0 += int64_t{lanes} * kLaneUnroll) {
     acc_t v[kLaneUnroll];
 #pragma unroll
@@ -42,10 +85,7 @@ __device__ __forceinline__ void write_lanes_grad(const acc_type<T>* weight, cons
 #pragma unroll
     for (int u = 0; u < kLaneUnroll; ++u) {
       const int64_t c = c0 + int64_t{u} * lanes;
-      if (c < classes) {
-        const acc_t d = grad_other<T>(k, v[u], m, ls, weight != nullptr ? weight[c] : acc_t(1));
-        g[c * gs] = cuda::convert<T>(c == t ? d - k.cb : d);
-      }
+      if (c < classes) g[c * gs] = grad_of(v[u], c);
     }
   }
 }
@@ -82,30 +122,76 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_fo
     if (active) {
       CUDA_KERNEL_ASSERT(t >= 0 && t < a.classes);
       if (lane == 0) xt = cuda::convert<acc_t>(x[t * cs]);
-      for (int64_t c0 = lane; c0 < a.classes; c0 += int64_t{lanes} * kLaneUnroll) {
-        acc_t v[kLaneUnroll];
-#pragma unroll
-        for (int u = 0; u < kLaneUnroll; ++u) {
-          const int64_t c = c0 + int64_t{u} * lanes;
-          v[u] = c < a.classes ? cuda::convert<acc_t>(x[c * cs]) : kNegInf;
-        }
+      // One step of the lane's online (max, sum): n values, value(i) (-inf
+      // past the row) of class class_of(i).
+      const auto fold = [&](auto n_tag, const auto& value, const auto& class_of) {
+        constexpr int n = decltype(n_tag)::value;
         acc_t cm = m;
 #pragma unroll
-        for (int u = 0; u < kLaneUnroll; ++u) cm = cuda::NanMax{}(cm, v[u]);
+        for (int i = 0; i < n; ++i) cm = cuda::NanMax{}(cm, value(i));
         if (cm != m) {  // a larger max (or NaN): rescale what is summed so far
           s = s * Exp::exp(m - cm);
           m = cm;
         }
         if (m != kNegInf) {
 #pragma unroll
-          for (int u = 0; u < kLaneUnroll; ++u) s += Exp::exp(v[u] - m);
+          for (int i = 0; i < n; ++i) s += Exp::exp(value(i) - m);
         }
         if constexpr (kSmooth) {
 #pragma unroll
+          for (int i = 0; i < n; ++i) {
+            const int64_t c = class_of(i);
+            if (c < a.classes) sx += a.weight != nullptr ? sx_t(a.weight[c]) * sx_t(value(i)) : sx_t(value(i));
+          }
+        }
+      };
+      if (L.inner == 1) {
+        // Plain rows: groups of P classes from the row's first (16-byte
+        // packs where the row is aligned, read as such; element loads
+        // otherwise), group q on lane q % lanes, folded a group a step in
+        // the order of q, then the classes after the last whole group one a
+        // lane: the same sums, in the same order, for any alignment and any
+        // number U of groups in flight.
+        constexpr int P = cuda::kPack<T>, U = kGrad ? 1 : kLanePacks<T>;
+        const int64_t packs = a.classes / P;
+        for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
+          cuda::Pack<T, P> pk[U];
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int64_t q = q0 + int64_t{u} * lanes;
+            if (q < packs) {
+              if (L.packed) {
+                pk[u].load(x + q * P);
+              } else {
+#pragma unroll
+                for (int e = 0; e < P; ++e) pk[u].v[e] = x[(q * P + e) * cs];
+              }
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int64_t q = q0 + int64_t{u} * lanes;
+            if (q < packs)
+              fold(
+                  std::integral_constant<int, P>{}, [&](int e) { return cuda::convert<acc_t>(pk[u].v[e]); },
+                  [&](int e) { return q * P + e; });
+          }
+        }
+        for (int64_t c = packs * P + lane; c < a.classes; c += lanes) {
+          const acc_t v = cuda::convert<acc_t>(x[c * cs]);
+          fold(std::integral_constant<int, 1>{}, [&](int) { return v; }, [&](int) { return c; });
+        }
+      } else {
+        for (int64_t c0 = lane; c0 < a.classes; c0 += int64_t{lanes} * kLaneUnroll) {
+          acc_t v[kLaneUnroll];
+#pragma unroll
           for (int u = 0; u < kLaneUnroll; ++u) {
             const int64_t c = c0 + int64_t{u} * lanes;
-            if (c < a.classes) sx += a.weight != nullptr ? sx_t(a.weight[c]) * sx_t(v[u]) : sx_t(v[u]);
+            v[u] = c < a.classes ? cuda::convert<acc_t>(x[c * cs]) : kNegInf;
           }
+          fold(
+              std::integral_constant<int, kLaneUnroll>{}, [&](int i) { return v[i]; },
+              [&](int i) { return c0 + int64_t{i} * lanes; });
         }
       }
     }
@@ -132,7 +218,8 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_fo
       const acc_t W = grad_weight_sum<acc_t>(a.weight != nullptr, a.weight_sum, a.classes);
       const GradCoefficients<acc_t> k =
           grad_coefficients(grad_scale, a.weight != nullptr ? a.weight[t] : acc_t(1), W, a.eps, a.eps_c);
-      write_lanes_grad(a.weight, k, x, g, a.classes, t, m, ls, lane, lanes, cs, L.grad_class_stride);
+      write_lanes_grad(a.weight, k, x, g, a.classes, t, m, ls, lane, lanes, cs, L.grad_class_stride,
+                       L.grad_packed);
     }
   }
   // A thread whose rows were all ignored still ends after the divisor's
@@ -164,7 +251,7 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_ba
     const GradCoefficients<acc_t> k =
         grad_coefficients(a.none ? a.grad_loss[row] : scale, kWeighted ? a.weight[t] : acc_t(1), W, a.eps, a.eps_c);
     write_lanes_grad(kWeighted ? a.weight : nullptr, k, x, g, a.classes, t, a.row_stats[2 * row],
-                     a.row_stats[2 * row + 1], lane, lanes, cs, gs);
+                     a.row_stats[2 * row + 1], lane, lanes, cs, gs, L.grad_packed);
   }
 }
 
