@@ -126,10 +126,10 @@ bool ce_packed_rows(const CeProblem& p) {
   return p.inner == 1 && p.class_stride == 1 && (p.row_stride * c10::elementSize(p.dtype)) % 16 == 0;
 }
 
-// Short rows (CUDA): lanes of a warp a row (cross_entropy/lanes.cuh), about
-// eight classes a lane (rows read in 16-byte packs: four packs a lane),
-// where a block a row would leave most of its threads idle; the (N, C,
-// d...) layout read as it is, a thread a position (lanes 1).
+// Short rows (CUDA): lanes of a warp a row (cross_entropy/lanes.cuh), the
+// classes of four 16-byte packs a lane, where a block a row would leave
+// most of its threads idle; the (N, C, d...) layout read as it is, a thread
+// a position (lanes 1).
 // Rows of at most kMaxLaneClasses classes and kMaxLaneRowBytes (measured:
 // bf16 rows of 2048 classes, 4 KB, are faster a block a row; f32 rows of
 // 1000, 4 KB, on 32 lanes). SOFTMAX_EXT_CE_LANES=0 turns them off, =<1-32>
@@ -144,7 +144,9 @@ static int cuda_lanes(const CeProblem& p) {
     if (v > 0 && v <= 32 && (v & (v - 1)) == 0) return v;
   }
   if (row_bytes(p) > kMaxLaneRowBytes || p.classes > kMaxLaneClasses) return 0;
-  const int64_t per_lane = ce_packed_rows(p) ? 4 * (16 / static_cast<int64_t>(c10::elementSize(p.dtype))) : 8;
+  // four 16-byte packs' classes a lane, whatever the alignment: the lanes
+  // (and so the order of the sums) do not depend on the layout
+  const int64_t per_lane = 4 * (16 / static_cast<int64_t>(c10::elementSize(p.dtype)));
   int lanes = 1;
   while (lanes < 32 && lanes * per_lane < p.classes) lanes *= 2;
   return lanes;
