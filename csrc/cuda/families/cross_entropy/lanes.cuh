@@ -32,8 +32,9 @@ constexpr int kLaneThreads = 256;
 // in flight with all threads of an SM resident.
 constexpr int kLaneUnroll = 8;
 // 16-byte packs (or groups of as many classes) in flight per lane of a
-// plain row: the plain forward's read, the gradient's write; the fused
-// forward reads one group at a time (64 registers a thread).
+// plain row: kLanePacks in the plain forward's read, kLaneGradPacks in the
+// gradient's write; the fused forward reads one group at a time (64
+// registers a thread).
 template <typename T>
 constexpr int kLanePacks = sizeof(T) == 8 ? 2 : 4;
 constexpr int kLaneGradPacks = 2;
@@ -52,7 +53,7 @@ __device__ __forceinline__ void write_lanes_grad(const acc_type<T>* weight, cons
     const acc_t d = grad_other<T>(k, v, m, ls, weight != nullptr ? weight[c] : acc_t(1));
     return cuda::convert<T>(c == t ? d - k.cb : d);
   };
-  if (packed) {  // 16-byte packs, then the classes after the last one a lane
+  if (packed) {  // 16-byte packs, then the classes after the last one, lanes apart
     constexpr int P = cuda::kPack<T>, U = kLaneGradPacks;
     const int64_t packs = classes / P;
     for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
@@ -149,9 +150,9 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_fo
         // Plain rows: groups of P classes from the row's first (16-byte
         // packs where the row is aligned, read as such; element loads
         // otherwise), group q on lane q % lanes, folded a group a step in
-        // the order of q, then the classes after the last whole group one a
-        // lane: the same sums, in the same order, for any alignment and any
-        // number U of groups in flight.
+        // the order of q, then the classes after the last whole group,
+        // lanes apart: the same sums, in the same order, for any alignment
+        // and any number U of groups in flight.
         constexpr int P = cuda::kPack<T>, U = kGrad ? 1 : kLanePacks<T>;
         const int64_t packs = a.classes / P;
         for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
