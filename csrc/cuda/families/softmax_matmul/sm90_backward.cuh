@@ -43,7 +43,9 @@
 // stage's rows are 128 bytes either way; ldmatrix's 8 x 8 16-bit matrices
 // are 8 x 4 f32, the TF32 A-fragment layout), dO rounded by cvt.rna in
 // registers (V read as it is: wgmma uses its top 19 bits), the epilogue
-// through global memory. dV can not be the
+// staged as the 16-bit one (the x tile's four panels in two stages the K
+// loop is done with; through global memory where x's or dX's map cannot be
+// made, or SOFTMAX_EXT_SMM_DX_STAGED=0). dV can not be the
 // 16-bit kernel's: TF32 wgmma takes B only K-major, and dO (d1, d3) is
 // N-major for P^T dO. smm_bwd_dv_tf32_kernel reads a copy of dO transposed
 // to (batch, d3, d1) (ops.cpp makes it, a workspace of dO's size, as lse
@@ -150,11 +152,13 @@ void launch_delta(const BwdArgs& a, cudaStream_t stream) {
 constexpr int kDxStages = 3;        // two CTAs per SM (BN = 128)
 constexpr int kDxSplitStages = 4;   // 3xTF32: stages of 48 KiB, one CTA per SM
 
-// S pipeline stages, then their mbarriers and the x tile's (the SS kernel's
-// staged epilogue: the tile, 128 rows of d1 x BN columns of d2 as BN / 64
-// panels of 128 rows x 128 bytes, 128-byte swizzled, takes a stage once the
-// K loop is done with it; dX replaces it in place). SPLIT (3xTF32): a stage
-// also holds V's small part after dO.
+// S pipeline stages, then their mbarriers and the x tile's (the staged
+// epilogues: the tile, 128 rows of d1 x BN columns of d2 as panels of 128
+// rows x 128 bytes, 128-byte swizzled, takes stages the K loop is done
+// with: one in the 16-bit SS kernel, whose BN / 64 panels are kXBytes; two
+// in the float32 register-A kernel, its four panels of 32 columns loaded
+// in two parts, an mbarrier each; dX replaces it in place). SPLIT
+// (3xTF32): a stage also holds V's small part after dO.
 template <int BN, int S, bool SPLIT = false>
 struct DxCfg {
   static constexpr int kVBytes = BN * 128;         // BN rows of V (d2) x kKCols columns (d3), K-major
@@ -162,10 +166,10 @@ struct DxCfg {
   static constexpr int kLoOffset = SPLIT ? kVBytes + kOBytes : 0;  // SPLIT: V's small part, as V
   static constexpr int kStageBytes = kVBytes + kOBytes + (SPLIT ? kVBytes : 0);  // multiples of 1 KiB
   static constexpr int kTxBytes = kStageBytes;           // TMA bytes a stage
-  static constexpr int kPanelBytes = 128 * 128;          // the x tile: 64 columns x 128 rows a panel
-  static constexpr int kXBytes = BN / 64 * kPanelBytes;
+  static constexpr int kPanelBytes = 128 * 128;          // an x panel: 128 rows x 128 bytes
+  static constexpr int kXBytes = BN / 64 * kPanelBytes;  // the 16-bit x tile
   static constexpr int kBarOffset = S * kStageBytes;     // TMA: one mbarrier per stage, then the x tile's
-  static constexpr int kSmem = kBarOffset + 8 * (S + 2) + 1024;  // + the x tile's two (register-A kernel)
+  static constexpr int kSmem = kBarOffset + 8 * (S + 2) + 1024;  // the x tile's: one (SS) or two
 };
 
 #ifdef SMM_SM90A_DEVICE
