@@ -654,7 +654,7 @@ def test_positions_layout(device, dtype, monkeypatch):
     tensor, in place; the same bits from the fused forward and the two ops.
     SOFTMAX_EXT_CE_LAYOUT=1 forces the layout on small maps; CUDA takes it
     by itself from 65536 positions, CPU from 16 positions a sample."""
-    tag = f"cpu.ce_positions.{TAGS[dtype]}" if device == "cpu" else f"cuda.ce_lanes1.{TAGS[dtype]}"
+    tag = f"{device}.ce_positions.{TAGS[dtype]}"
     big = torch.empty(1, 21, 256, 256, device=device, dtype=dtype)
     assert softmax_ext.plan(big, kind="cross_entropy").kernel == tag
     assert softmax_ext.plan(big[..., :2, :3], kind="cross_entropy").kernel != tag

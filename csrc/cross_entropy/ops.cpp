@@ -247,18 +247,12 @@ void grad_scale(at::Tensor& grad, const at::Tensor& grad_loss) {
   if (grad.is_cuda() && grad.is_contiguous() && reinterpret_cast<uintptr_t>(grad.data_ptr()) % 16 == 0) {
     // the kernel reads the value in its own dtype (no cast launched first)
     // where it is one of the four it knows
-    at::Tensor value = grad_loss;
-    GradLossType type = GradLossType::kFloat;
-    switch (grad_loss.scalar_type()) {
-      case at::kFloat: break;
-      case at::kDouble: type = GradLossType::kDouble; break;
-      case at::kHalf: type = GradLossType::kHalf; break;
-      case at::kBFloat16: type = GradLossType::kBFloat16; break;
-      default: value = grad_loss.to(at::kFloat);
-    }
+    const c10::ScalarType t = grad_loss.scalar_type();
+    const bool known = t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+    const at::Tensor value = known ? grad_loss : grad_loss.to(at::kFloat);
     c10::OptionalDeviceGuard guard(grad.device());
     cuda_grad_scale(grad.scalar_type(), grad.device().index(), grad.mutable_data_ptr(), grad.numel(),
-                    value.const_data_ptr(), type);
+                    value.const_data_ptr(), value.scalar_type());
     return;
   }
 #endif

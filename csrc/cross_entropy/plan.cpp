@@ -179,7 +179,8 @@ CePlan select_ce(const CeProblem& problem, bool backward) {
     if (plan.lanes > 0) {
       plan.threads = 256;
       plan.chunk = problem.classes;
-      shape = "cuda.ce_lanes" + std::to_string(plan.lanes);
+      // (the (N, C, d...) layout: a thread a position, as the CPU's name says)
+      shape = problem.inner > 1 ? std::string("cuda.ce_positions") : "cuda.ce_lanes" + std::to_string(plan.lanes);
     } else {
       plan.threads = cuda_threads(problem, backward);
       plan.row_split = cuda_row_split(problem, backward);

@@ -183,12 +183,11 @@ bool cpu_backward(const CePlan& plan, const CeBuffers& buffers, int64_t& bad_tar
 #ifdef SOFTMAX_EXT_WITH_CUDA
 void cuda_forward(const CePlan& plan, const CeBuffers& buffers, void* workspace);
 void cuda_backward(const CePlan& plan, const CeBuffers& buffers);
-// The dtype of the one grad_loss value that cuda_grad_scale reads.
-enum class GradLossType : int { kFloat, kDouble, kHalf, kBFloat16 };
 // grad (n contiguous, 16-byte aligned elements of dtype) *= *grad_loss (one
-// value of loss_type, on the device), skipped on the device when it is 1.
+// value of loss_type, on the device: float, double, half or bfloat16),
+// skipped on the device when it is 1.
 void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss,
-                     GradLossType loss_type);
+                     c10::ScalarType loss_type);
 int* cuda_grad_one_flag();
 #endif
 

@@ -543,11 +543,11 @@ __global__ void __launch_bounds__(kThreads) ce_backward_kernel(BackwardArgs<T> a
 // is 1, the usual loss.backward(), so that step makes no pass over the
 // gradient and the host never waits for the value.
 template <typename acc_t>
-__device__ __forceinline__ acc_t read_grad_loss(const void* p, GradLossType type) {
+__device__ __forceinline__ acc_t read_grad_loss(const void* p, c10::ScalarType type) {
   switch (type) {
-    case GradLossType::kDouble: return static_cast<acc_t>(*static_cast<const double*>(p));
-    case GradLossType::kHalf: return static_cast<acc_t>(static_cast<float>(*static_cast<const c10::Half*>(p)));
-    case GradLossType::kBFloat16:
+    case c10::ScalarType::Double: return static_cast<acc_t>(*static_cast<const double*>(p));
+    case c10::ScalarType::Half: return static_cast<acc_t>(static_cast<float>(*static_cast<const c10::Half*>(p)));
+    case c10::ScalarType::BFloat16:
       return static_cast<acc_t>(static_cast<float>(*static_cast<const c10::BFloat16*>(p)));
     default: return static_cast<acc_t>(*static_cast<const float*>(p));
   }
@@ -555,7 +555,7 @@ __device__ __forceinline__ acc_t read_grad_loss(const void* p, GradLossType type
 
 template <typename T>
 __global__ void __launch_bounds__(256) ce_grad_scale_kernel(T* grad, int64_t n, const void* grad_loss,
-                                                             GradLossType loss_type, int* grad_one) {
+                                                             c10::ScalarType loss_type, int* grad_one) {
   using acc_t = acc_type<T>;
   constexpr int P = kPack<T>;
   const acc_t s = read_grad_loss<acc_t>(grad_loss, loss_type);
@@ -618,7 +618,8 @@ RowLayout layout_of(const CePlan& plan, const T* logits, const T* grad, int64_t 
     return reinterpret_cast<uintptr_t>(base) % cuda::kVectorBytes == 0 &&
            (row_stride * static_cast<int64_t>(sizeof(T))) % cuda::kVectorBytes == 0;
   };
-  l.packed = ce_packed_rows(p) && rows_aligned(logits, p.row_stride);
+  // (ce_packed_rows has checked the logits' row stride)
+  l.packed = ce_packed_rows(p) && reinterpret_cast<uintptr_t>(logits) % cuda::kVectorBytes == 0;
   l.grad_packed = l.packed && grad != nullptr && p.grad_class_stride == 1 && rows_aligned(grad, grad_row_stride);
   return l;
 }
@@ -779,7 +780,7 @@ int* cuda_grad_one_flag() {
 }
 
 void cuda_grad_scale(c10::ScalarType dtype, int device, void* grad, int64_t n, const void* grad_loss,
-                     GradLossType loss_type) {
+                     c10::ScalarType loss_type) {
   if (n == 0) return;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
   dispatch_dtype(dtype, [&](auto tag) {

@@ -39,6 +39,27 @@ template <typename T>
 constexpr int kLanePacks = sizeof(T) == 8 ? 2 : 4;
 constexpr int kLaneGradPacks = 2;
 
+// Lane `lane`'s groups q = lane, lane + lanes, ... of a row's `packs`
+// groups of one 16-byte pack's classes, U in flight: load(q, pack) for U
+// groups, then use(q, pack) for each.
+template <typename T, int U, typename Load, typename Use>
+__device__ __forceinline__ void for_lane_groups(int lane, int lanes, int64_t packs, const Load& load,
+                                                const Use& use) {
+  for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
+    cuda::Pack<T, cuda::kPack<T>> pk[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t q = q0 + int64_t{u} * lanes;
+      if (q < packs) load(q, pk[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t q = q0 + int64_t{u} * lanes;
+      if (q < packs) use(q, pk[u]);
+    }
+  }
+}
+
 // A lane's classes of one row's gradient (the fused forward's and the
 // backward's: one formula, the same bits), kLaneUnroll loads in flight, or
 // kLaneGradPacks 16-byte packs where the logits' and the gradient's rows
@@ -54,25 +75,15 @@ __device__ __forceinline__ void write_lanes_grad(const acc_type<T>* weight, cons
     return cuda::convert<T>(c == t ? d - k.cb : d);
   };
   if (packed) {  // 16-byte packs, then the classes after the last one, lanes apart
-    constexpr int P = cuda::kPack<T>, U = kLaneGradPacks;
+    constexpr int P = cuda::kPack<T>;
     const int64_t packs = classes / P;
-    for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
-      cuda::Pack<T, P> pk[U];
+    for_lane_groups<T, kLaneGradPacks>(
+        lane, lanes, packs, [&](int64_t q, auto& pk) { pk.load(x + q * P); },
+        [&](int64_t q, auto& pk) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t q = q0 + int64_t{u} * lanes;
-        if (q < packs) pk[u].load(x + q * P);
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t q = q0 + int64_t{u} * lanes;
-        if (q < packs) {
-#pragma unroll
-          for (int e = 0; e < P; ++e) pk[u].v[e] = grad_of(cuda::convert<acc_t>(pk[u].v[e]), q * P + e);
-          pk[u].store(g + q * P);
-        }
-      }
-    }
+          for (int e = 0; e < P; ++e) pk.v[e] = grad_of(cuda::convert<acc_t>(pk.v[e]), q * P + e);
+          pk.store(g + q * P);
+        });
     for (int64_t c = packs * P + lane; c < classes; c += lanes) g[c] = grad_of(cuda::convert<acc_t>(x[c]), c);
     return;
   }
@@ -155,29 +166,21 @@ __global__ void __launch_bounds__(kLaneThreads, kLaneBlocksPerSm<T>) ce_lanes_fo
         // and any number U of groups in flight.
         constexpr int P = cuda::kPack<T>, U = kGrad ? 1 : kLanePacks<T>;
         const int64_t packs = a.classes / P;
-        for (int64_t q0 = lane; q0 < packs; q0 += int64_t{lanes} * U) {
-          cuda::Pack<T, P> pk[U];
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int64_t q = q0 + int64_t{u} * lanes;
-            if (q < packs) {
+        for_lane_groups<T, U>(
+            lane, lanes, packs,
+            [&](int64_t q, auto& pk) {
               if (L.packed) {
-                pk[u].load(x + q * P);
+                pk.load(x + q * P);
               } else {
 #pragma unroll
-                for (int e = 0; e < P; ++e) pk[u].v[e] = x[(q * P + e) * cs];
+                for (int e = 0; e < P; ++e) pk.v[e] = x[(q * P + e) * cs];
               }
-            }
-          }
-#pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int64_t q = q0 + int64_t{u} * lanes;
-            if (q < packs)
+            },
+            [&](int64_t q, const auto& pk) {
               fold(
-                  std::integral_constant<int, P>{}, [&](int e) { return cuda::convert<acc_t>(pk[u].v[e]); },
+                  std::integral_constant<int, P>{}, [&](int e) { return cuda::convert<acc_t>(pk.v[e]); },
                   [&](int e) { return q * P + e; });
-          }
-        }
+            });
         for (int64_t c = packs * P + lane; c < a.classes; c += lanes) {
           const acc_t v = cuda::convert<acc_t>(x[c * cs]);
           fold(std::integral_constant<int, 1>{}, [&](int) { return v; }, [&](int) { return c; });
