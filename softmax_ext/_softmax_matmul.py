@@ -4,11 +4,11 @@ The C++ side (csrc/softmax_matmul/) registers three ops: the public
 ``softmax_matmul(x, v) -> out`` (CompositeImplicitAutograd, it calls the next
 one), ``_softmax_matmul_forward(x, v) -> (out, lse)`` (the kernels; lse is the
 row log-sum-exp the backward recomputes P from) and
-``_softmax_matmul_backward(dO, x, v, out, lse) -> (dx, dv)``. This module adds
-their fake kernels (same validation and output layout as ops.cpp), the
-autograd formula of the forward op (so the public op and torch.compile
-differentiate through it) and the wrapper ``softmax_ext.softmax_matmul``.
-Double backward raises NotImplementedError.
+``_softmax_matmul_backward(dO, x, v, out, lse) -> (dx, dv)``, and their
+autograd (csrc/softmax_matmul/autograd.cpp: the forward op's formula calls
+the backward op; double backward raises NotImplementedError). This module
+adds their fake kernels (same validation and output layout as ops.cpp) and
+the wrapper ``softmax_ext.softmax_matmul``.
 """
 
 import torch
@@ -60,38 +60,6 @@ def _forward_fake(x, v):
 def _backward_fake(grad_output, x, v, output, lse):
     _check(f"{_OP} (backward)", x, v)
     return x.new_empty(x.shape), v.new_empty(v.shape)
-
-
-def _setup(ctx, inputs, output):
-    x, v = inputs
-    out, lse = output
-    ctx.mark_non_differentiable(lse)
-    ctx.set_materialize_grads(False)  # no zeros made for lse's (or an unused out's) gradient
-    ctx.save_for_backward(x, v, out, lse)
-
-
-def _grad(ctx, grad_out, _grad_lse):
-    x, v, out, lse = ctx.saved_tensors
-    if grad_out is None:
-        return None, None
-    dx, dv = _ops._softmax_matmul_backward.default(grad_out, x, v, out, lse)
-    return (dx if ctx.needs_input_grad[0] else None), (dv if ctx.needs_input_grad[1] else None)
-
-
-def _setup_backward(ctx, inputs, output):
-    pass
-
-
-def _no_double_backward(ctx, *grads):
-    raise NotImplementedError(
-        f"{_OP}: double backward is not supported (the backward op has no derivative of its own)"
-    )
-
-
-torch.library.register_autograd("softmax_ext::_softmax_matmul_forward", _grad, setup_context=_setup)
-torch.library.register_autograd(
-    "softmax_ext::_softmax_matmul_backward", _no_double_backward, setup_context=_setup_backward
-)
 
 
 def softmax_matmul(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -251,6 +251,38 @@ def test_double_backward_raises():
         dx.sum().backward()
 
 
+def test_autograd_node_and_compiled_autograd():
+    """A differentiable call makes one C++ node (csrc/softmax_matmul/autograd.cpp,
+    no Python): lse is not differentiable, only the gradients asked for are
+    made, a retained graph runs twice, and compiled autograd traces the node."""
+    from torch._dynamo.utils import counters
+
+    x0 = randn((2, 5, 40), torch.float64, "cpu", 60)
+    v0 = randn((2, 40, 3), torch.float64, "cpu", 61)
+    x, v = x0.clone().requires_grad_(), v0.clone().requires_grad_()
+    out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    assert type(out.grad_fn).__name__ == "CppFunction" and "smm::" in out.grad_fn.name(), out.grad_fn.name()
+    assert not lse.requires_grad and lse.grad_fn is None
+    g = torch.randn_like(out)
+    first = torch.autograd.grad(out, (x, v), g, retain_graph=True)
+    assert all(a.equal(b) for a, b in zip(first, torch.autograd.grad(out, (x, v), g)))
+    (dv_only,) = torch.autograd.grad(softmax_ext.softmax_matmul(x0, v), v, g)
+    ref = torch.autograd.grad(torch.softmax(x, -1) @ v, (x, v), g)
+    torch.testing.assert_close(first, ref)
+    torch.testing.assert_close(dv_only, ref[1])
+
+    def step(a, b):
+        (softmax_ext.softmax_matmul(a, b) * g).sum().backward()
+        return a.grad, b.grad
+
+    xc, vc = x0.clone().requires_grad_(), v0.clone().requires_grad_()
+    counters.clear()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+        got = step(xc, vc)
+    assert counters["compiled_autograd"]["captures"] == 1, dict(counters["compiled_autograd"])
+    torch.testing.assert_close(got, ref)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_eager_grad_modes(device):
     # The eager wrapper's direct entry point: no autograd node without a

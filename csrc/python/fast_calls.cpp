@@ -217,8 +217,8 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
 // softmax_matmul(x, v) for plain tensors in eager mode
 // (softmax_ext/_softmax_matmul.py). A call no gradient can flow from (grad
 // mode off, or neither input requiring grad) runs the forward op below
-// autograd: its autograd kernel (Python, torch.library.register_autograd)
-// would only pass it on. Otherwise the public op, through the dispatcher.
+// autograd: its autograd kernel (softmax_matmul/autograd.cpp) would only
+// pass it on. Otherwise the public op, through the dispatcher.
 PyObject* softmax_matmul_call(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   const char* op = "softmax_ext.softmax_matmul";

@@ -7,7 +7,7 @@
 //   _softmax_matmul_backward(dO, x, v, out, lse) -> (dx, dv)
 //   _softmax_matmul_plan(x, v, backward) -> the plan, for softmax_ext.plan()
 //
-// Autograd and the fake kernels are registered from Python
+// Autograd is autograd.cpp's; the fake kernels are registered from Python
 // (softmax_ext/_softmax_matmul.py). Every call goes describe -> select ->
 // can_implement -> run (plan.h).
 #include "softmax_matmul/blocked.h"
@@ -411,7 +411,9 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
   const at::Tensor x3 = as_3d(x), v3 = as_3d(v);
   const Descriptor d = describe(x3, v3);
   const Plan plan = make_plan(d, true);
-  at::Tensor go = as_3d(grad_out.to(x.scalar_type())), o3 = as_3d(out);
+  // (contiguous: an expanded gradient, as out.sum() sends, would be copied
+  // by every matmul that reads it, and CPU bmm walks its batch one by one)
+  at::Tensor go = as_3d(grad_out.to(x.scalar_type()).contiguous()), o3 = as_3d(out);
   at::Tensor l2 = lse.reshape({x3.size(0), x3.size(1)});
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (plan.kernel == Kernel::kCudaWgmma && x3.numel() > 0 && v3.numel() > 0) {
