@@ -8,6 +8,7 @@
 // (torch._dynamo.config.compiled_autograd) traces these nodes into its graph,
 // and AOTAutograd (torch.compile) traces through them like any other op.
 
+#include "ops/autograd.h"
 #include "ops/ops.h"
 
 #include <ATen/ATen.h>
@@ -40,13 +41,6 @@ const c10::TypedOperatorHandle<BackwardSig>& backward_op(bool log) {
                                       .findSchemaOrThrow("softmax_ext::log_softmax_backward", "")
                                       .typed<BackwardSig>();
   return log ? log_softmax : softmax;
-}
-
-bool needs_grad(std::initializer_list<const at::Tensor*> tensors) {
-  if (!at::GradMode::is_enabled()) return false;
-  for (const at::Tensor* t : tensors)
-    if (t->requires_grad()) return true;
-  return false;
 }
 
 at::Tensor cast_to(const at::Tensor& t, c10::ScalarType dtype) {

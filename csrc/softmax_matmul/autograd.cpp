@@ -9,6 +9,8 @@
 // Both Functions are traceable: compiled autograd traces these nodes, and
 // AOTAutograd (torch.compile) traces through them like any other op.
 
+#include "ops/autograd.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -35,13 +37,6 @@ const c10::TypedOperatorHandle<BackwardSig>& backward_op() {
                              .findSchemaOrThrow("softmax_ext::_softmax_matmul_backward", "")
                              .typed<BackwardSig>();
   return op;
-}
-
-bool needs_grad(std::initializer_list<const at::Tensor*> tensors) {
-  if (!at::GradMode::is_enabled()) return false;
-  for (const at::Tensor* t : tensors)
-    if (t->defined() && t->requires_grad()) return true;
-  return false;
 }
 
 // out = softmax_matmul forward, lse handed out through `lse` (made with
