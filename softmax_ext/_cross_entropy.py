@@ -7,19 +7,20 @@
   reads as it is or copies to rows, csrc/cross_entropy/ops.cpp) and calls the
   forward helper op, so autograd, fake tensors and torch.compile all go
   through the helper ops.
-- _cross_entropy_forward carries the autograd formula (its backward is
-  _cross_entropy_backward, or the in-place _cross_entropy_backward_ that
-  writes the gradient over the logits when the caller asked for it).
+- _cross_entropy_forward carries the autograd formula, in C++
+  (csrc/cross_entropy/autograd.cpp: its backward is _cross_entropy_backward,
+  or the in-place _cross_entropy_backward_ that writes the gradient over the
+  logits when the caller asked for it).
 - A differentiable eager call with reduction "mean" or "sum" takes the fused
   forward instead (_FusedGrad): _cross_entropy_forward_grad writes the loss
   and, in the same pass over the logits, the gradient for grad_loss = 1;
   the backward only scales it in place by grad_loss
   (_cross_entropy_grad_scale_, no pass when grad_loss is 1). One read of the
   logits and one write of the gradient per step, against two reads and a
-  write. Other differentiable eager calls take _TwoOpGrad (the forward op
-  and the registered formula in an autograd Function, the lighter host
-  path). torch.compile, tensor subclasses, dispatch modes and functorch
-  transforms call the forward op, whose formula they trace. Float16
+  write. Other differentiable eager calls take the forward op and its
+  formula (one C++ node). torch.compile, tensor subclasses, dispatch modes
+  and functorch transforms call the forward op, whose formula they trace.
+  Float16
   logits keep the two-op path (a loss scaler's grad_loss >> 1 must scale
   their gradient before its one rounding to 16 bits), and so do CUDA rows
   of more than 208 KB, whose second read no longer comes from the chip
@@ -167,11 +168,10 @@ def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inpla
               plain=None):
     """The loss of (N, C) rows. Plain tensors in eager mode go through _C's
     direct entry point (no torch.ops argument parsing): without a gradient
-    to track, straight to the kernel; with one, through _FusedGrad or
-    _TwoOpGrad (autograd Functions here: less host time than the op's
-    registered formula). Everything else (torch.compile, subclasses,
-    dispatch modes, functorch) calls the forward op, whose registered
-    autograd formula they trace."""
+    to track, straight to the kernel; with one, the fused forward
+    (_FusedGrad) or the forward op with its formula (a C++ node).
+    Everything else (torch.compile, subclasses, dispatch modes, functorch)
+    calls the forward op, whose autograd formula they trace."""
     args = (rows, tgt, weight, ignore_index, reduction, label_smoothing)
     if plain is None:
         plain = _eager_plain(rows, tgt, weight)
@@ -179,8 +179,9 @@ def rows_loss(rows, tgt, weight, ignore_index, reduction, label_smoothing, inpla
         if not (rows.requires_grad and torch.is_grad_enabled()):
             return _C._cross_entropy_rows(*args, inplace_backward, acc_loss, 0)
         if _dispatch_modes() == 0 and _functorch_level() is None:
-            fn = _FusedGrad if _fuses(rows, reduction, inplace_backward) else _TwoOpGrad
-            return fn.apply(*args, inplace_backward, acc_loss)
+            if _fuses(rows, reduction, inplace_backward):
+                return _FusedGrad.apply(*args, inplace_backward, acc_loss)
+            return _C._cross_entropy_rows(*args, inplace_backward, acc_loss, 0)
     return _ops._cross_entropy_forward.default(*args, inplace_backward, acc_loss)[0]
 
 
@@ -251,70 +252,35 @@ def _backward_inplace_fake(grad_loss, logits, target, weight, row_stats, total_w
 
 
 # --- autograd ---------------------------------------------------------------
-
-
-def _setup(ctx, inputs, output):
-    logits, target, weight, ignore_index, reduction, label_smoothing, inplace, _acc_loss = inputs
-    _loss, stats, total = output
-    ctx.args = (ignore_index, reduction, label_smoothing)
-    ctx.inplace = inplace
-    ctx.save_for_backward(logits, target, weight, stats, total)
-
-
-def _backward(ctx, grad_loss, _grad_stats, _grad_total):
-    if not ctx.needs_input_grad[0]:
-        return (None,) * 8
-    logits, target, weight, stats, total = ctx.saved_tensors
-    if ctx.inplace:
-        # The caller gave the logits up: the gradient is written over them
-        # (no (N, C) buffer). Any other user of these logits sees the change.
-        _ops._cross_entropy_backward_.default(grad_loss, logits, target, weight, stats, total, *ctx.args)
-        grad = logits
-    else:
-        grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, stats, total, *ctx.args)
-    return (grad,) + (None,) * 7
-
-
-torch.library.register_autograd("softmax_ext::_cross_entropy_forward", _backward, setup_context=_setup)
-
-
-class _TwoOpGrad(torch.autograd.Function):
-    """The forward op and the registered formula (_setup, _backward) for
-    differentiable eager calls the fused forward does not take."""
-
-    @staticmethod
-    def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
-        inputs = (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss)
-        out = _C._cross_entropy_rows(*inputs, 1)
-        _setup(ctx, inputs, out)
-        return out[0]
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        return _backward(ctx, grad_loss, None, None)
+# The forward op's formula is C++ (csrc/cross_entropy/autograd.cpp).
 
 
 class _FusedGrad(torch.autograd.Function):
     """The fused forward under autograd (mean / sum, never in place): the
     gradient written in the forward (grad_loss = 1), scaled in place by the
     backward. A second backward through the same graph (retain_graph=True)
-    takes the registered formula from the saved logits and row statistics, as the
+    takes the backward op from the saved logits and row statistics, as the
     gradient buffer was handed out."""
 
     @staticmethod
     def forward(ctx, logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss):
         inputs = (logits, target, weight, ignore_index, reduction, label_smoothing, inplace_backward, acc_loss)
         loss, stats, total, ctx.grad = _C._cross_entropy_rows(*inputs, 2)
-        _setup(ctx, inputs, (loss, stats, total))
+        ctx.args = (ignore_index, reduction, label_smoothing)
+        ctx.save_for_backward(logits, target, weight, stats, total)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 8
         grad = ctx.grad
         if grad is None:
-            return _backward(ctx, grad_loss, None, None)
-        ctx.grad = None
-        _C._cross_entropy_grad_scale(grad, grad_loss)
+            logits, target, weight, stats, total = ctx.saved_tensors
+            grad = _ops._cross_entropy_backward.default(grad_loss, logits, target, weight, stats, total, *ctx.args)
+        else:
+            ctx.grad = None
+            _C._cross_entropy_grad_scale(grad, grad_loss)
         return (grad,) + (None,) * 7
 
 

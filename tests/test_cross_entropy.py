@@ -456,13 +456,14 @@ def test_fused_forward_follows_the_incoming_gradient(device):
         if cuda:
             torch.cuda.synchronize()  # the flag is written by the backward kernel
         _assert_close(xf.grad, x64.grad * scale, torch.float32, f"grad x {scale}")
-        return type(loss.grad_fn).__name__
+        return "fused" if type(loss.grad_fn).__name__ == "_FusedGradBackward" else loss.grad_fn.name()
 
+    two_op = "torch::autograd::CppNode<softmax_ext::ce::(anonymous namespace)::ForwardFunction>"
     _C._cross_entropy_set_grad_was_one(cuda, True)
-    assert step(0.25) == "_FusedGradBackward"
-    assert step(0.25) == "_TwoOpGradBackward"
-    assert step(1.0) == "_TwoOpGradBackward"
-    assert step(1.0) == "_FusedGradBackward"
+    assert step(0.25) == "fused"
+    assert step(0.25) == two_op
+    assert step(1.0) == two_op
+    assert step(1.0) == "fused"
     assert _C._cross_entropy_grad_was_one(cuda)
 
 
@@ -510,6 +511,38 @@ def test_compile_fullgraph(dynamic):
         torch.testing.assert_close(loss, ref)
         torch.testing.assert_close(xc.grad, xr.grad)
     torch._dynamo.reset()
+
+
+def test_autograd_node_and_compiled_autograd():
+    """The forward op's formula is one C++ node: row_stats and total_weight
+    come out without grad, weight gets no gradient, the in-place backward
+    writes over the logits, and compiled autograd traces the node."""
+    from torch._dynamo.utils import counters
+
+    x, t, w = _inputs(8, 33, torch.float64, "cpu", seed=15, ignore=True, weight=True)
+    xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    loss, stats, total = torch.ops.softmax_ext._cross_entropy_forward(xg, t, wg, -100, "none", 0.1)
+    assert "ce::" in loss.grad_fn.name() and not stats.requires_grad and not total.requires_grad
+    g = torch.randn_like(loss)
+    (dx,) = torch.autograd.grad(loss, xg, g, retain_graph=True)
+    assert torch.autograd.grad(loss, wg, g, allow_unused=True)[0] is None
+    xr = x.clone().requires_grad_(True)
+    (rx,) = torch.autograd.grad(torch.nn.functional.cross_entropy(xr, t, w, reduction="none", label_smoothing=0.1),
+                                xr, g)
+    torch.testing.assert_close(dx, rx)
+    copy = x.clone()
+    softmax_ext.cross_entropy(copy.requires_grad_(True), t, w, reduction="sum", inplace_backward=True).backward()
+    assert copy.grad is not None and copy.detach().equal(copy.grad)  # the gradient in the logits' memory
+
+    def step(a):
+        (softmax_ext.cross_entropy(a, t, w, reduction="none", label_smoothing=0.1) * g).sum().backward()
+        return a.grad
+
+    counters.clear()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+        got = step(x.clone().requires_grad_(True))
+    assert counters["compiled_autograd"]["captures"] == 1, dict(counters["compiled_autograd"])
+    torch.testing.assert_close(got, rx)
 
 
 def test_plan():

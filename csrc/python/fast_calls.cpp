@@ -153,10 +153,10 @@ PyObject* backward(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs
 }
 
 // (logits (N, C), target (N), weight or None, ignore_index, reduction,
-// label_smoothing, inplace_backward, acc_loss, mode) -> mode 0: the loss;
-// 1: the forward's (loss, row_stats, total_weight); 2: the fused forward's
-// (loss, row_stats, total_weight, grad). softmax_ext/_cross_entropy.py's
-// rows_loss and its autograd Functions, for plain tensors in eager mode.
+// label_smoothing, inplace_backward, acc_loss, mode) -> mode 0: the loss
+// (with its C++ autograd node where a gradient is tracked); 2: the fused
+// forward's (loss, row_stats, total_weight, grad). softmax_ext/_cross_entropy.py's
+// rows_loss and its fused forward's Function, for plain tensors in eager mode.
 // The arguments come from that module (validated there), not from users.
 PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
@@ -183,7 +183,7 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
   // A call no gradient can flow from (grad mode off, or no input requiring
   // grad: every no-grad call, and the fused forward inside its
   // autograd.Function) goes straight to the device kernel: the op's autograd
-  // kernel (Python, torch.library.register_autograd) would only pass it on.
+  // kernel (cross_entropy/autograd.cpp) would only pass it on.
   const bool track = c10::GradMode::is_enabled() &&
                      (logits.requires_grad() || (weight.has_value() && weight->requires_grad()));
   std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
@@ -209,7 +209,6 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
     pybind11::gil_scoped_release no_gil;
     out = handle.call(logits, target, weight, ignore_index, red, smoothing, inplace, acc_loss);
   }
-  if (mode == 1) return pybind11::cast(std::move(out)).release().ptr();
   return THPVariable_Wrap(std::move(std::get<0>(out)));
   END_HANDLE_TH_ERRORS
 }
