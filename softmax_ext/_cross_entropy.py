@@ -20,10 +20,9 @@
   write. Other differentiable eager calls take the forward op and its
   formula (one C++ node). torch.compile, tensor subclasses, dispatch modes
   and functorch transforms call the forward op, whose formula they trace.
-  Float16
-  logits keep the two-op path (a loss scaler's grad_loss >> 1 must scale
-  their gradient before its one rounding to 16 bits), and so do CUDA rows
-  of more than 208 KB, whose second read no longer comes from the chip
+  Float16 logits keep the two-op path (a loss scaler's grad_loss >> 1 must
+  scale their gradient before its one rounding to 16 bits), and so do CUDA
+  rows of more than 208 KB, whose second read no longer comes from the chip
   (docs/cross_entropy.md), and every call while the latest backward had
   a grad_loss other than 1 (the backward kernels record it on the device,
   read by the host without a synchronisation: a loss divided before
