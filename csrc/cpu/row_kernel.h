@@ -58,14 +58,15 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   using C = Io<acc_t, acc_t, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
-  V a, b;
+  // (the lambdas below keep their vectors local: captured by reference,
+  // they would live on the stack)
 #if defined(CPU_CAPABILITY_AVX2)
   // A row of at most one vector (float in and out): one masked load and
   // store, no block loops; the same bits as the loops below (lanes past the
   // row are -inf for the max and 0 after the exp).
   if constexpr (X::kMasked && Y::kMasked) {
     if (n <= V::size()) {
-      a = X::load_vector(x, n, kNegInf);
+      const V a = X::load_vector(x, n, kNegInf);
       const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a));
       const V e = Fwd::exp(a - m);
       const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, e));
@@ -80,6 +81,7 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
 
   V m0(kNegInf), m1(kNegInf);
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
+    V a, b;
     X::load(x + j, len, kNegInf, a, b);
     m0 = vmax(m0, a);
     m1 = vmax(m1, b);
@@ -100,6 +102,7 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
     V s0(acc_t(0)), s1(acc_t(0));
     if constexpr (kInlineExp<acc_t>) {
       for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        V a, b;
         X::load(x + j0 + j, len, acc_t(0), a, b);
         V ea = Fwd::exp(a - m), eb = Fwd::exp(b - m);
         if constexpr (Fwd::kCachesExp) {
@@ -119,10 +122,12 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
         if (cache) buf = cache + j0;
       }
       for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        V a, b;
         X::load(x + j0 + j, len, acc_t(0), a, b);
         C::store(buf + j, len, Fwd::exp(a - m), Fwd::exp(b - m));
       });
       for_blocks<B>(len0, [&](int64_t j, int64_t len) {
+        V a, b;
         C::load(buf + j, len, acc_t(0), a, b);  // lanes past the row add 0
         s0 += a;
         s1 += b;
@@ -137,6 +142,7 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   if constexpr (Fwd::kCachesExp) {
     if (cache) {
       for_blocks<B>(n, [&](int64_t j, int64_t len) {
+        V a, b;
         C::load(cache + j, len, acc_t(0), a, b);
         Y::store(y + j, len, Fwd::from_exp(a, c), Fwd::from_exp(b, c));
       });
@@ -144,6 +150,7 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
     }
   }
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
+    V a, b;
     X::load(x + j, len, acc_t(0), a, b);
     Y::store(y + j, len, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
   });
@@ -189,17 +196,19 @@ void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
     s = V(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, s0 + s1));
   } else {
     s = V(row_sum<acc_t>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
-      IO::load(dy + j, len, acc_t(0), g0, g1);
-      IO::load(y + j, len, acc_t(0), y0, y1);
-      s0 += Bwd::term(g0, y0);
-      s1 += Bwd::term(g1, y1);
+      V a0, a1, b0, b1;  // (locals: captured by reference they would live on the stack)
+      IO::load(dy + j, len, acc_t(0), a0, a1);
+      IO::load(y + j, len, acc_t(0), b0, b1);
+      s0 += Bwd::term(a0, b0);
+      s1 += Bwd::term(a1, b1);
     }));
   }
 
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
-    IO::load(dy + j, len, acc_t(0), g0, g1);
-    IO::load(y + j, len, acc_t(0), y0, y1);
-    IO::store(dx + j, len, Bwd::apply(g0, y0, s), Bwd::apply(g1, y1, s));
+    V a0, a1, b0, b1;
+    IO::load(dy + j, len, acc_t(0), a0, a1);
+    IO::load(y + j, len, acc_t(0), b0, b1);
+    IO::store(dx + j, len, Bwd::apply(a0, b0, s), Bwd::apply(a1, b1, s));
   });
 }
 
