@@ -36,13 +36,8 @@ using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::T
 using BackwardInplaceSig = void(const at::Tensor&, at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                 const at::Tensor&, const at::Tensor&, int64_t, c10::string_view, double);
 
-template <typename Sig>
-const c10::TypedOperatorHandle<Sig> find(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
 const c10::TypedOperatorHandle<ForwardSig>& forward_op() {
-  static const auto op = find<ForwardSig>("softmax_ext::_cross_entropy_forward");
+  static const auto op = find_op<ForwardSig>("softmax_ext::_cross_entropy_forward");
   return op;
 }
 
@@ -77,12 +72,12 @@ struct ForwardFunction : public torch::autograd::Function<ForwardFunction> {
     if (ctx->saved_data["inplace"].toBool()) {
       // The caller gave the logits up: the gradient is written over them
       // (no (N, C) buffer). Any other user of these logits sees the change.
-      static const auto op = find<BackwardInplaceSig>("softmax_ext::_cross_entropy_backward_");
+      static const auto op = find_op<BackwardInplaceSig>("softmax_ext::_cross_entropy_backward_");
       at::Tensor logits = s[0];
       op.call(grads[0], logits, s[1], weight, s[3], s[4], ignore_index, reduction, smoothing);
       out[0] = logits;
     } else {
-      static const auto op = find<BackwardSig>("softmax_ext::_cross_entropy_backward");
+      static const auto op = find_op<BackwardSig>("softmax_ext::_cross_entropy_backward");
       out[0] = op.call(grads[0], s[0], s[1], weight, s[3], s[4], ignore_index, reduction, smoothing);
     }
     return out;

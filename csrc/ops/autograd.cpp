@@ -26,20 +26,14 @@ using ForwardSig = at::Tensor(const at::Tensor&, int64_t, std::optional<c10::Sca
 using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
 
 const c10::TypedOperatorHandle<ForwardSig>& forward_op(bool log) {
-  static const auto softmax =
-      c10::Dispatcher::singleton().findSchemaOrThrow("softmax_ext::softmax", "").typed<ForwardSig>();
-  static const auto log_softmax =
-      c10::Dispatcher::singleton().findSchemaOrThrow("softmax_ext::log_softmax", "").typed<ForwardSig>();
+  static const auto softmax = find_op<ForwardSig>("softmax_ext::softmax");
+  static const auto log_softmax = find_op<ForwardSig>("softmax_ext::log_softmax");
   return log ? log_softmax : softmax;
 }
 
 const c10::TypedOperatorHandle<BackwardSig>& backward_op(bool log) {
-  static const auto softmax = c10::Dispatcher::singleton()
-                                  .findSchemaOrThrow("softmax_ext::softmax_backward", "")
-                                  .typed<BackwardSig>();
-  static const auto log_softmax = c10::Dispatcher::singleton()
-                                      .findSchemaOrThrow("softmax_ext::log_softmax_backward", "")
-                                      .typed<BackwardSig>();
+  static const auto softmax = find_op<BackwardSig>("softmax_ext::softmax_backward");
+  static const auto log_softmax = find_op<BackwardSig>("softmax_ext::log_softmax_backward");
   return log ? log_softmax : softmax;
 }
 

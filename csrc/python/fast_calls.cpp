@@ -12,6 +12,7 @@
 #include "python/fast_calls.h"
 
 #include "cross_entropy/plan.h"
+#include "ops/autograd.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -27,11 +28,6 @@ namespace {
 
 using ForwardSig = at::Tensor(const at::Tensor&, int64_t, std::optional<c10::ScalarType>);
 using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, int64_t);
-
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> find_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
 
 // Each check raises a TypeError worded like torch's own bindings and returns
 // false; true when the argument has the type asked for.

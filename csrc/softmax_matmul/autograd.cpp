@@ -27,15 +27,12 @@ using BackwardSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const 
                                                         const at::Tensor&, const at::Tensor&);
 
 const c10::TypedOperatorHandle<ForwardSig>& forward_op() {
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("softmax_ext::_softmax_matmul_forward", "").typed<ForwardSig>();
+  static const auto op = find_op<ForwardSig>("softmax_ext::_softmax_matmul_forward");
   return op;
 }
 
 const c10::TypedOperatorHandle<BackwardSig>& backward_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("softmax_ext::_softmax_matmul_backward", "")
-                             .typed<BackwardSig>();
+  static const auto op = find_op<BackwardSig>("softmax_ext::_softmax_matmul_backward");
   return op;
 }
 

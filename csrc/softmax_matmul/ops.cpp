@@ -10,6 +10,7 @@
 // Autograd is autograd.cpp's; the fake kernels are registered from Python
 // (softmax_ext/_softmax_matmul.py). Every call goes describe -> select ->
 // can_implement -> run (plan.h).
+#include "ops/autograd.h"
 #include "softmax_matmul/blocked.h"
 #include "softmax_matmul/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
@@ -433,9 +434,9 @@ std::tuple<at::Tensor, at::Tensor> softmax_matmul_backward(const at::Tensor& gra
 }
 
 at::Tensor softmax_matmul(const at::Tensor& x, const at::Tensor& v) {
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("softmax_ext::_softmax_matmul_forward", "")
-                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>();
+  static const auto op =
+      find_op<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&)>(
+          "softmax_ext::_softmax_matmul_forward");
   return std::get<0>(op.call(x, v));
 }
 
