@@ -8,7 +8,8 @@
 #   BENCH=1 scripts/gpu_check.sh         + benchmarks (BENCH_ARGS: their options)
 #   HOST=1 scripts/gpu_check.sh          + host cost per call beside torch (bench_host)
 #   MODELS=1 scripts/gpu_check.sh        + HF model training steps (MODELS_ARGS; MODELS_TIMEOUT s)
-#   TESTS="tests/test_x.py" ...          which tests (default: all of tests/)
+#   SWEEP=1 scripts/gpu_check.sh         + scripts/model_sweep.py: 17 HF architectures run and compared (SWEEP_ARGS)
+#   TESTS="tests/test_x.py" ...          which tests (default: all of tests/; TESTS=0: none)
 #   DIST=1 scripts/gpu_check.sh          + benchmarks/bench_distributed.py over every GPU (NCCL)
 #   KERNELS=1 scripts/gpu_check.sh       + the plan's kernel for every benchmark case ($OUT/kernels.txt)
 #   MAIN=0 ...                           skip python -m softmax_ext
@@ -77,8 +78,10 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 
 # (tests/conftest.py shares the CPUs among the eight workers)
-python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
-summary+=("tests: $(tail -1 "$OUT/tests.log"); $opinfo")
+if [ "${TESTS:-tests}" != 0 ]; then
+  python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/tests.log" | tail -40
+  summary+=("tests: $(tail -1 "$OUT/tests.log"); $opinfo")
+fi
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   wait "${sanitizer_pids[@]}"
@@ -100,6 +103,12 @@ fi
 if [ "${DIST:-0}" = 1 ]; then
   python3 benchmarks/bench_distributed.py --device cuda ${DIST_ARGS:-} 2>&1 | tee "$OUT/distributed.log" | tail -40
   summary+=("distributed benchmark: exit ${PIPESTATUS[0]} ($OUT/distributed.log)")
+fi
+
+if [ "${SWEEP:-0}" = 1 ]; then
+  timeout "${SWEEP_TIMEOUT:-600}" python3 scripts/model_sweep.py ${SWEEP_ARGS:-} --csv "$OUT/sweep.csv" \
+    > "$OUT/sweep.log" 2>&1
+  summary+=("model sweep: exit $? ($OUT/sweep.log, $OUT/sweep.csv), $(grep -E '^[0-9]+ runs' "$OUT/sweep.log")")
 fi
 
 if [ "${MODELS:-0}" = 1 ]; then
