@@ -14,8 +14,9 @@ loss's relative difference from the reference, the gradients' relative
 difference (all parameters as one, and the worst parameter: _compare), and the
 softmax_ext ops that ran (from a profile of the step). A compiled variant
 that fails is retried as plain torch compiled, to tell softmax_ext's
-failures from the model's own. Architectures run in parallel processes
-(--jobs; compiling is CPU-bound); each prints JSON lines, the parent a table.
+failures from the model's own. Each (architecture, dtype) runs in a process
+of its own, --jobs at a time (compiling is CPU-bound); each prints JSON
+lines, the parent a table.
 """
 
 import argparse
@@ -265,17 +266,18 @@ def main(argv=None):
         return 0
 
     models = ARCHS if args.models == "all" else tuple(args.models.split(","))
-    base = [sys.executable, os.path.abspath(__file__), "--dtypes", args.dtypes, "--modes", args.modes,
-            "--variants", args.variants, "--device", args.device]
+    base = [sys.executable, os.path.abspath(__file__), "--modes", args.modes, "--variants", args.variants,
+            "--device", args.device]
     # compiling is what takes the time: each worker's inductor gets its share of the CPUs
     env = dict(os.environ)
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 2) // args.jobs)))
     rows, lock = [], threading.Lock()
 
-    def run(name):
+    def run(unit):
+        name, dtype = unit
         # lines are printed as they come: a worker still compiling at a
         # timeout leaves what it finished
-        proc = subprocess.Popen(base + ["--worker", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(base + ["--worker", name, "--dtypes", dtype], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env)
         got = 0
         for line in proc.stdout:
@@ -288,13 +290,13 @@ def main(argv=None):
         err = proc.stderr.read()
         if proc.wait() != 0 or not got:
             tail = err.strip().splitlines()[-1:] or [""]
-            row = dict(model=name, status="error", error=f"worker exit {proc.returncode}: {tail[0][:300]}")
+            row = dict(model=name, dtype=dtype, status="error", error=f"worker exit {proc.returncode}: {tail[0][:300]}")
             with lock:
                 rows.append(row)
                 _print_row(row)
 
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(run, models))
+        list(pool.map(run, [(name, dtype) for name in models for dtype in dtypes]))
     bad = [r for r in rows if r["status"] != "ok"]
     print(f"\n{len(rows)} runs, {len(rows) - len(bad)} ok, {len(bad)} failed"
           f" ({sum(1 for r in bad if r.get('torch_compiled_fails_too'))} of them fail in plain torch.compile too)")
