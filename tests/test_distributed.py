@@ -426,6 +426,10 @@ def _world_checks(rank: int, world: int, port: int, device: str) -> None:
             softmax_ext.softmax(s, 3)
         with pytest.raises(NotImplementedError, match=r"Shard\(dim=1\).*softmax axis"):
             torch.ops.softmax_ext.softmax(s, 1)
+        # every rank done before any tears its connections down: a gloo
+        # rank whose peer closed first can abort in gloo's own threads
+        # ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
