@@ -7,7 +7,7 @@
 //   c = finish(s)                     softmax: 1 / s   log_softmax: log(s)
 //   y = apply(x, m, c)                exp(x - m) * c   (x - m) - c   (torch's order)
 //   y = from_exp(e, c), e = exp(x-m)  softmax only, when pass 2 cached e
-// Backward, per row, s = sum(term(dy, y)):
+// Backward<K, kFastExp>, per row, s = sum(term(dy, y)):
 //   dx = apply(dy, y, s)              y * (dy - s)     dy - exp(y) * s
 #pragma once
 
@@ -66,23 +66,26 @@ struct Forward<Kind::LogSoftmax, kFastExp> : ForwardExp<kFastExp> {
   static V from_exp(const V& e, const V& c) = delete;
 };
 
-template <Kind K>
+// kFastExp (16-bit gradients): log_softmax's exp(y) by exp_shifted's fast
+// exp, whose error vanishes in the rounding of dx to 8 or 11 bits (y, a
+// log-probability, is <= 0 as exp_shifted's argument).
+template <Kind K, bool kFastExp = false>
 struct Backward;
 
-template <>
-struct Backward<Kind::Softmax> {
+template <bool kFastExp>
+struct Backward<Kind::Softmax, kFastExp> {
   template <typename V>
   static V term(const V& dy, const V& y) { return dy * y; }
   template <typename V>
   static V apply(const V& dy, const V& y, const V& s) { return y * (dy - s); }
 };
 
-template <>
-struct Backward<Kind::LogSoftmax> {
+template <bool kFastExp>
+struct Backward<Kind::LogSoftmax, kFastExp> {
   template <typename V>
   static V term(const V& dy, const V& /*y*/) { return dy; }
   template <typename V>
-  static V apply(const V& dy, const V& y, const V& s) { return dy - vexp(y) * s; }
+  static V apply(const V& dy, const V& y, const V& s) { return dy - exp_shifted<kFastExp>(y) * s; }
 };
 
 }  // namespace softmax_ext::cpu::CPU_CAPABILITY

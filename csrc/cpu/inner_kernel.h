@@ -166,7 +166,7 @@ template <Kind K, typename T, typename acc_t = acc_type_t<T>>
 void backward_tile_columns(const T* dy, int64_t sdy, const T* y, int64_t sy, T* dx, int64_t sdx,
                            int64_t n, int64_t len) {
   using V = Vec<acc_t>;
-  using Bwd = Backward<K>;
+  using Bwd = Backward<K, kIs16Bit<T>>;
   using IO = Io<T, T, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
 
@@ -297,7 +297,7 @@ template <Kind K, typename T, typename acc_t = acc_type_t<T>>
 void backward_tile_rows(const T* dy, int64_t sdy, const T* y, int64_t sy, T* dx, int64_t sdx,
                         int64_t n, int64_t len, acc_t* sums) {
   using V = Vec<acc_t>;
-  using Bwd = Backward<K>;
+  using Bwd = Backward<K, kIs16Bit<T>>;
   using IO = Io<T, T, acc_t>;
   using S = Io<acc_t, acc_t, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;

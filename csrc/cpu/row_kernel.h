@@ -160,7 +160,7 @@ template <Kind K, typename T>
 void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
   using acc_t = acc_type_t<T>;
   using V = Vec<acc_t>;
-  using Bwd = Backward<K>;
+  using Bwd = Backward<K, kIs16Bit<T>>;
   using IO = Io<T, T, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   V g0, g1, y0, y1;
