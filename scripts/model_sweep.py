@@ -142,8 +142,6 @@ def _loss_of(out):
 
 
 def _step(fn, batch, params):
-    import torch
-
     for p in params:
         p.grad = None
     loss = _loss_of(fn(**batch))
@@ -180,7 +178,8 @@ def _ops_of(fn):
 
 
 def worker(name, dtypes, modes, variants, device):
-    """One architecture: a JSON line per (dtype, mode, variant)."""
+    """One architecture: a JSON line per (dtype, mode, variant), torch's
+    defaults otherwise (no compiled autograd, static shapes first)."""
     import contextlib
 
     import torch
@@ -189,7 +188,6 @@ def worker(name, dtypes, modes, variants, device):
     from softmax_ext.integrations import transformers as sx_transformers
 
     torch.set_num_threads(2)
-    # compiled autograd, dynamic shapes etc. left at their defaults
 
     @contextlib.contextmanager
     def routing(variant, model):
