@@ -55,6 +55,7 @@ int64_t inner_chunk(int64_t axis_size, int64_t inner) {
 // The geometry every inner task shares.
 struct InnerTiling {
   int64_t inner, outer, chunk, chunks;
+  bool rows;  // a wide tile: read a row at a time (kRowsMinBytes)
 
   template <typename acc_t>
   static InnerTiling make(const Problem& p) {
@@ -63,6 +64,7 @@ struct InnerTiling {
     t.outer = p.rows / t.inner;
     t.chunk = inner_chunk<acc_t>(p.axis_size, t.inner);
     t.chunks = (t.inner + t.chunk - 1) / t.chunk;
+    t.rows = t.chunk * int64_t(sizeof(acc_t)) >= kRowsMinBytes;
     return t;
   }
   int64_t tasks() const { return outer * chunks; }
@@ -334,15 +336,13 @@ struct Inner {
     constexpr bool kInPlace = std::is_same_v<out_t, acc_t>;
     const bool scratch = Forward<K, kIs16Bit<out_t>>::kCachesExp && !kInPlace &&
                          n * tiling.chunk * int64_t(sizeof(acc_t)) <= 2 * kInnerTileBytes;
-    const bool rows = tiling.chunk * int64_t(sizeof(acc_t)) >= kRowsMinBytes;
     at::parallel_for(0, tiling.tasks(), tiling.grain(n), [&](int64_t begin, int64_t end) {
       const int64_t chunk = tiling.chunk;
       // the exp tile of a 16-bit softmax, then the positions' statistics (rows)
-      const int64_t stats_size = rows ? 3 * chunk : 0;
-      std::unique_ptr<acc_t[]> mem;
-      if (scratch || rows) mem.reset(new acc_t[(scratch ? n * chunk : 0) + stats_size]);
+      const int64_t tile_size = scratch ? n * chunk : 0, stats_size = tiling.rows ? 3 * chunk : 0;
+      const std::unique_ptr<acc_t[]> mem(tile_size + stats_size > 0 ? new acc_t[tile_size + stats_size] : nullptr);
       acc_t* const tile = scratch ? mem.get() : nullptr;
-      acc_t* const stats = rows ? mem.get() + (scratch ? n * chunk : 0) : nullptr;
+      acc_t* const stats = tiling.rows ? mem.get() + tile_size : nullptr;
       tiling.for_tasks(p, begin, end, [&](const int64_t* off, int64_t len) {
         out_t* y_tile = y + off[kOut];
         acc_t* cache = tile;
@@ -351,7 +351,7 @@ struct Inner {
           cache = y_tile;
           pitch = p.axis_stride[kOut];
         }
-        if (rows) {
+        if (tiling.rows) {
           forward_tile_rows<K>(x + off[kIn0], p.axis_stride[kIn0], y_tile, p.axis_stride[kOut], n, len,
                                cache, pitch, stats);
         } else {
@@ -370,11 +370,10 @@ struct Inner {
     auto* dx = static_cast<T*>(buf.out);
     const int64_t n = p.axis_size;
     const auto tiling = InnerTiling::make<acc_t>(p);
-    const bool rows = tiling.chunk * int64_t(sizeof(acc_t)) >= kRowsMinBytes;
     at::parallel_for(0, tiling.tasks(), tiling.grain(n), [&](int64_t begin, int64_t end) {
-      const std::unique_ptr<acc_t[]> sums(rows ? new acc_t[2 * tiling.chunk] : nullptr);
+      const std::unique_ptr<acc_t[]> sums(tiling.rows ? new acc_t[2 * tiling.chunk] : nullptr);
       tiling.for_tasks(p, begin, end, [&](const int64_t* off, int64_t len) {
-        if (rows) {
+        if (tiling.rows) {
           backward_tile_rows<K>(dy + off[kIn0], p.axis_stride[kIn0], y + off[kIn1], p.axis_stride[kIn1],
                                 dx + off[kOut], p.axis_stride[kOut], n, len, sums.get());
         } else {

@@ -87,8 +87,7 @@ struct ForwardFunction : public torch::autograd::Function<ForwardFunction> {
 Outputs forward_autograd(c10::DispatchKeySet ks, const at::Tensor& logits, const at::Tensor& target,
                          const std::optional<at::Tensor>& weight, int64_t ignore_index, c10::string_view reduction,
                          double label_smoothing, bool inplace_backward, bool acc_loss) {
-  const at::Tensor none;
-  if (!needs_grad({&logits, weight.has_value() ? &*weight : &none})) {
+  if (!needs_grad({&logits, weight.has_value() ? &*weight : nullptr})) {
     return forward_op().redispatch(ks & c10::after_autograd_keyset, logits, target, weight, ignore_index, reduction,
                                    label_smoothing, inplace_backward, acc_loss);
   }

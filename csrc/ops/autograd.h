@@ -18,11 +18,12 @@ c10::TypedOperatorHandle<Sig> find_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
-// Whether a call records a node: grad mode on and a defined input requiring grad.
+// Whether a call records a node: grad mode on and a defined input requiring
+// grad (nullptr: an optional input not given).
 inline bool needs_grad(std::initializer_list<const at::Tensor*> tensors) {
   if (!c10::GradMode::is_enabled()) return false;
   for (const at::Tensor* t : tensors)
-    if (t->defined() && t->requires_grad()) return true;
+    if (t != nullptr && t->defined() && t->requires_grad()) return true;
   return false;
 }
 

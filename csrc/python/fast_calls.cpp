@@ -16,7 +16,6 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
-#include <c10/core/GradMode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
@@ -180,10 +179,8 @@ PyObject* cross_entropy_rows(PyObject* /*module*/, PyObject* const* args, Py_ssi
   // grad: every no-grad call, and the fused forward inside its
   // autograd.Function) goes straight to the device kernel: the op's autograd
   // kernel (cross_entropy/autograd.cpp) would only pass it on.
-  const bool track = c10::GradMode::is_enabled() &&
-                     (logits.requires_grad() || (weight.has_value() && weight->requires_grad()));
   std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
-  if (!track) below_autograd.emplace();
+  if (!needs_grad({&logits, weight.has_value() ? &*weight : nullptr})) below_autograd.emplace();
   if (mode == 2) {
     using Sig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
         const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, int64_t, c10::string_view, double,
@@ -221,7 +218,7 @@ PyObject* softmax_matmul_call(PyObject* /*module*/, PyObject* const* args, Py_ss
   const at::Tensor& x = THPVariable_Unpack(args[0]);
   const at::Tensor& v = THPVariable_Unpack(args[1]);
   at::Tensor out;
-  if (c10::GradMode::is_enabled() && (x.requires_grad() || v.requires_grad())) {
+  if (needs_grad({&x, &v})) {
     static const auto handle = find_op<at::Tensor(const at::Tensor&, const at::Tensor&)>("softmax_ext::softmax_matmul");
     pybind11::gil_scoped_release no_gil;
     out = handle.call(x, v);
