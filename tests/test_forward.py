@@ -396,10 +396,11 @@ def test_bit_identical_repeats(name, dtype, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", FORWARD_OPS)
 def test_rows_of_one_vector_or_less(name, device):
-    """Rows of 1 to 9 float32 elements (at most one vector, and just past
-    it; the CPU's short-row path), forward and backward, with -inf entries,
-    a row of -inf and a NaN, against float64 torch."""
-    for n in range(1, 10):
+    """Rows of 1 to 17 float32 elements (at most one vector of AVX2 or
+    AVX-512, and just past it; the CPU's short-row path), forward and
+    backward, with -inf entries, a row of -inf and a NaN, against float64
+    torch."""
+    for n in range(1, 18):
         x = make_input((64, n), torch.float32, device, seed=n, scale=4.0)
         x[3, 0] = float("-inf")
         x[5] = float("-inf")
@@ -412,3 +413,26 @@ def test_rows_of_one_vector_or_less(name, device):
         aten = getattr(torch.ops.aten, f"_{name}_backward_data")
         want = aten(dy.double(), y.double(), -1, torch.float64)
         torch.testing.assert_close(dx.double(), want, rtol=2e-5, atol=2e-5, equal_nan=True)
+
+
+# Every row length up to two AVX-512 blocks of float (a block: 32 lanes) and
+# a few past them: rows made of partial blocks only, one whole block and a
+# partial one, and so on; forward (also read as float32 through dtype=) and
+# backward, every dtype, on the last axis and as a middle axis.
+SHORT_ROW_LENGTHS = list(range(1, 36)) + [47, 63, 64, 65, 100]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("name", FORWARD_OPS)
+def test_short_rows_every_length(name, dtype, device):
+    from conftest import check_backward, make_backward_inputs
+
+    for n in SHORT_ROW_LENGTHS:
+        x = make_input((37, n), dtype, device, seed=n)
+        check_forward(name, x, -1, msg=f"n={n}")
+        if dtype in HALF_DTYPES:
+            check_forward(name, x, -1, dtype=torch.float32, msg=f"n={n}")
+        check_forward(name, make_input((5, n, 3), dtype, device, seed=n), 1, msg=f"n={n}")
+        dy, y = make_backward_inputs(name + "_backward", (37, n), -1, dtype, device, seed=n)
+        check_backward(name + "_backward", dy, y, -1, msg=f"n={n}")

@@ -39,9 +39,15 @@ inline Vec<T> vmax(const Vec<T>& a, const Vec<T>& b) {
 //   subnormal range is rounded once.
 // x is first clamped to [-104, 89], outside of which the float result is 0
 // or inf anyway; NaN lanes are put back at the end.
-inline Vec<float> exp_f32(const Vec<float>& x) {
+C10_ALWAYS_INLINE Vec<float> exp_f32(const Vec<float>& x) {
   using V = Vec<float>;
-  const V xc = at::vec::minimum(at::vec::maximum(x, V(-104.f)), V(89.f));
+  // (the plain max / min instructions: a NaN lane becomes -104 here and is
+  // put back below, so at::vec's NaN-propagating forms are not needed)
+#if defined(CPU_CAPABILITY_AVX512)
+  const V xc = _mm512_min_ps(_mm512_max_ps(x, V(-104.f)), V(89.f));
+#else
+  const V xc = _mm256_min_ps(_mm256_max_ps(x, V(-104.f)), V(89.f));
+#endif
   const V q = (xc * V(1.44269504088896341f)).round();
   V r = at::vec::fmadd(q, V(-0.693359375f), xc);
   r = at::vec::fmadd(q, V(2.12194440e-4f), r);
@@ -74,7 +80,7 @@ inline constexpr bool kInlineExp =
 // exp at the accuracy of torch's (1 ulp): the inline exp_f32 for float lanes
 // on x86, Sleef's otherwise.
 template <typename T>
-inline Vec<T> vexp(const Vec<T>& x) {
+C10_ALWAYS_INLINE Vec<T> vexp(const Vec<T>& x) {
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
   if constexpr (std::is_same_v<T, float>) return exp_f32(x);
 #endif
@@ -88,7 +94,7 @@ inline Vec<T> vexp(const Vec<T>& x) {
 // take vexp (1 ulp), like torch. exp_u20 turns NaN into inf, so NaN lanes
 // are put back.
 template <bool kFast, typename T>
-inline Vec<T> exp_shifted(const Vec<T>& x) {
+C10_ALWAYS_INLINE Vec<T> exp_shifted(const Vec<T>& x) {
   if constexpr (kFast) {
     return Vec<T>::blendv(x.exp_u20(), x, x.isnan());
   } else {

@@ -22,6 +22,15 @@
 #include <cstdint>
 #include <limits>
 
+// The row functions are flattened: every block loop's body (a lambda) and
+// ATen's 16-bit conversions are inlined into them, where GCC would call
+// them once per block, passing vectors through the stack.
+#if defined(__GNUC__) && !defined(__clang__)
+#define SOFTMAX_EXT_FLATTEN __attribute__((flatten))
+#else
+#define SOFTMAX_EXT_FLATTEN
+#endif
+
 namespace softmax_ext::cpu::CPU_CAPABILITY {
 
 // Row elements per partial sum in row_sum.
@@ -49,7 +58,7 @@ acc_t row_sum(int64_t n, const Add& add) {
 // kFastExp: see numerics.h; the strided family sets it for its final output
 // dtype while running this on float rows.
 template <Kind K, typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
-void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
+SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   using acc_t = acc_type_t<out_t>;
   using V = Vec<acc_t>;
   using Fwd = Forward<K, kFastExp>;
@@ -60,24 +69,34 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
   // (the lambdas below keep their vectors local: captured by reference,
   // they would live on the stack)
-#if defined(CPU_CAPABILITY_AVX2)
-  // A row of at most one vector (float in and out): one masked load and
-  // store, no block loops; the same bits as the loops below (lanes past the
-  // row are -inf for the max and 0 after the exp).
-  if constexpr (X::kMasked && Y::kMasked) {
+  // A row of at most one block: read once (lanes past the row -inf), kept
+  // in registers through the three passes; the same bits as the loops below
+  // (the max of the pair, the exps past the row set to 0, the sum of the
+  // pair, the same epilogue). A row of at most one vector leaves the second
+  // vector of the pair out (its max is -inf and its exps add 0).
+  if (n <= B) {
+    V a, b;
+    X::load(x, n, kNegInf, a, b);
     if (n <= V::size()) {
-      const V a = X::load_vector(x, n, kNegInf);
       const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a));
-      const V e = Fwd::exp(a - m);
-      const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, e));
+      V ea = Fwd::exp(a - m);
+      if (n < V::size()) ea = V::set(V(acc_t(0)), ea, n);
+      const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea));
       V out;
-      if constexpr (Fwd::kCachesExp) out = Fwd::from_exp(e, c);
+      if constexpr (Fwd::kCachesExp) out = Fwd::from_exp(ea, c);
       else out = Fwd::apply(a, m, c);
-      Y::store_vector(y, n, out);
+      Y::store(y, n, out, out);
       return;
     }
+    const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(a, b)));
+    const V ea = Fwd::exp(a - m);
+    V eb = Fwd::exp(b - m);
+    if (n < B) eb = V::set(V(acc_t(0)), eb, n - V::size());
+    const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea + eb));
+    if constexpr (Fwd::kCachesExp) Y::store(y, n, Fwd::from_exp(ea, c), Fwd::from_exp(eb, c));
+    else Y::store(y, n, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
+    return;
   }
-#endif
 
   V m0(kNegInf), m1(kNegInf);
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
@@ -157,25 +176,30 @@ void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
 }
 
 template <Kind K, typename T>
-void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
+SOFTMAX_EXT_FLATTEN void backward_row(const T* dy, const T* y, T* dx, int64_t n) {
   using acc_t = acc_type_t<T>;
   using V = Vec<acc_t>;
   using Bwd = Backward<K, kIs16Bit<T>>;
   using IO = Io<T, T, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   V g0, g1, y0, y1;
-#if defined(CPU_CAPABILITY_AVX2)
-  if constexpr (IO::kMasked) {  // a row of at most one vector, as in forward_row
+  if (n <= B) {  // a row of at most one block, read once (as in forward_row)
+    IO::load(dy, n, acc_t(0), g0, g1);
+    IO::load(y, n, acc_t(0), y0, y1);
+    // (from zero, as the loops sum: a -0 term gives +0; within one vector
+    // the pair's second terms are all 0 and are left out)
+    const V zero(acc_t(0));
     if (n <= V::size()) {
-      g0 = IO::load_vector(dy, n, acc_t(0));
-      y0 = IO::load_vector(y, n, acc_t(0));
-      const V s(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, Bwd::term(g0, y0)));
+      const V s(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, zero + Bwd::term(g0, y0)));
       const V out = Bwd::apply(g0, y0, s);
-      IO::store_vector(dx, n, out);
+      IO::store(dx, n, out, out);
       return;
     }
+    const V s(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; },
+                                      (zero + Bwd::term(g0, y0)) + (zero + Bwd::term(g1, y1))));
+    IO::store(dx, n, Bwd::apply(g0, y0, s), Bwd::apply(g1, y1, s));
+    return;
   }
-#endif
 
   V s;
   if (n <= kRowSumSpan) {  // one span: row_sum's order without its span loop

@@ -6,9 +6,11 @@
 //
 // Io<mem_t, val_t, acc_t> reads mem_t elements *as if cast to val_t first*
 // (the forward `dtype=` semantics: x of in_t treated as out_t) into acc_t,
-// and writes acc_t back as mem_t. A partial block (len < kBlock) goes through
-// a small stack buffer; lanes past len read as `pad`, chosen by the caller so
-// they cannot change a reduction (-inf for max and exp-sum, 0 for sums).
+// and writes acc_t back as mem_t. A partial block (len < kBlock) is read and
+// written with masked vector accesses where the ISA has them (x86 float
+// rows; AVX-512 16-bit rows too), through a small stack buffer otherwise;
+// lanes past len read as `pad`, chosen by the caller so they cannot change a
+// reduction (-inf for max and exp-sum, 0 for sums).
 #pragma once
 
 #ifndef CPU_CAPABILITY
@@ -64,7 +66,8 @@ struct Io {
   // The full-block paths are forced inline: called out of line (GCC's choice
   // once the partial path is counted in), a block would come back through
   // the stack, and the next instruction would stall on that store (measured:
-  // a quarter of a cache-resident softmax row). Partial blocks go out of line.
+  // a quarter of a cache-resident softmax row). Masked partial blocks are a
+  // few instructions and inline too; the stack-buffer ones go out of line.
   C10_ALWAYS_INLINE static void load(const mem_t* p, int64_t len, acc_t pad, V& a, V& b) {
     if (C10_LIKELY(len == kB)) {
       if constexpr (kPlain) {
@@ -81,13 +84,29 @@ struct Io {
         return;
       }
     }
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+    if constexpr (kMasked || kMasked16) {  // a few instructions: inline
+      load_masked(p, len, pad, a, b);
+      return;
+    }
+#endif
     load_partial(p, len, pad, a, b);
   }
 
-#if defined(CPU_CAPABILITY_AVX2)
-  // AVX2 float rows: masked loads and stores, lanes past the row set to pad
-  // (short rows are mostly partial blocks).
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  // x86 float rows: masked loads and stores, lanes past the row set to pad
+  // (short rows are mostly partial blocks). A masked-off lane is never
+  // touched in memory.
   static constexpr bool kMasked = kPlain && std::is_same_v<acc_t, float>;
+#if defined(CPU_CAPABILITY_AVX512)
+  static __mmask16 lanes_below(int64_t count) {
+    return static_cast<__mmask16>((1u << std::clamp<int64_t>(count, 0, kW)) - 1u);
+  }
+  static V masked_load(const float* p, int64_t count, float pad) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(pad), lanes_below(count), p);
+  }
+  static void masked_store(float* p, int64_t count, const V& v) { _mm512_mask_storeu_ps(p, lanes_below(count), v); }
+#else
   static __m256i lanes_below(int64_t count) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(count, 0, kW))),
                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -96,25 +115,41 @@ struct Io {
     const __m256i m = lanes_below(count);
     return _mm256_blendv_ps(_mm256_set1_ps(pad), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
   }
-  // A row of n <= kW elements as one vector, lanes past it `pad` (inline:
-  // the short-row path of row_kernel.h).
-  static V load_vector(const float* p, int64_t n, float pad) { return n == kW ? V::loadu(p) : masked_load(p, n, pad); }
-  static void store_vector(float* p, int64_t n, const V& v) {
-    if (n == kW) v.store(p);
-    else _mm256_maskstore_ps(p, lanes_below(n), v);
-  }
+  static void masked_store(float* p, int64_t count, const V& v) { _mm256_maskstore_ps(p, lanes_below(count), v); }
+#endif
 #else
   static constexpr bool kMasked = false;
 #endif
+#if defined(CPU_CAPABILITY_AVX512)
+  // AVX-512 16-bit rows widened to float: a partial block is one masked
+  // 16-bit load (or store) of up to 32 lanes.
+  static constexpr bool kMasked16 = kWiden;
+  static __mmask32 lanes16_below(int64_t count) {
+    const int64_t c = std::clamp<int64_t>(count, 0, kB);
+    return c == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << c) - 1u);
+  }
+#else
+  static constexpr bool kMasked16 = false;
+#endif
 
-  C10_NOINLINE static void load_partial(const mem_t* p, int64_t len, acc_t pad, V& a, V& b) {
-#if defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  C10_ALWAYS_INLINE static void load_masked(const mem_t* p, int64_t len, acc_t pad, V& a, V& b) {
     if constexpr (kMasked) {
       a = masked_load(p, len, pad);
       b = len > kW ? masked_load(p + kW, len - kW, pad) : V(pad);
-      return;
+    }
+#if defined(CPU_CAPABILITY_AVX512)
+    if constexpr (kMasked16) {
+      const __mmask32 m = lanes16_below(len);
+      std::tie(a, b) = at::vec::convert_to_float<mem_t>(Vec<mem_t>(_mm512_maskz_loadu_epi16(m, p)));
+      a = _mm512_mask_blend_ps(static_cast<__mmask16>(m), _mm512_set1_ps(pad), a);
+      b = _mm512_mask_blend_ps(static_cast<__mmask16>(m >> 16), _mm512_set1_ps(pad), b);
     }
 #endif
+  }
+#endif
+
+  C10_NOINLINE static void load_partial(const mem_t* p, int64_t len, acc_t pad, V& a, V& b) {
     alignas(64) acc_t buf[kB];
     for (int64_t i = 0; i < kB; ++i) buf[i] = pad;
     for (int64_t i = 0; i < std::min(len, kB); ++i) buf[i] = load_as<val_t, acc_t>(p[i]);
@@ -133,17 +168,23 @@ struct Io {
         return;
       }
     }
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+    if constexpr (kMasked) {
+      masked_store(p, len, a);
+      if (len > kW) masked_store(p + kW, len - kW, b);
+      return;
+    }
+#endif
+#if defined(CPU_CAPABILITY_AVX512)
+    if constexpr (kIs16Bit<mem_t> && std::is_same_v<acc_t, float>) {
+      _mm512_mask_storeu_epi16(p, lanes16_below(len), at::vec::convert_from_float<mem_t>(a, b));
+      return;
+    }
+#endif
     store_partial(p, len, a, b);
   }
 
   C10_NOINLINE static void store_partial(mem_t* p, int64_t len, const V& a, const V& b) {
-#if defined(CPU_CAPABILITY_AVX2)
-    if constexpr (kMasked) {
-      _mm256_maskstore_ps(p, lanes_below(len), a);
-      if (len > kW) _mm256_maskstore_ps(p + kW, lanes_below(len - kW), b);
-      return;
-    }
-#endif
     alignas(64) acc_t buf[kB];
     a.store(buf);
     b.store(buf + kW);
