@@ -295,11 +295,11 @@ Grads fused_backward(const Plan& plan, const Descriptor& d, const at::Tensor& x3
     a.go_t = wp + w.go_t;
     a.d1p = w.d1p;
   }
-  if (w.v_hi >= 0) {  // 3xTF32: written by the kernels
-    a.v_hi = wp + w.v_hi;
-    a.v_lo = wp + w.v_lo;
-    a.go_t_lo = wp + w.go_t_lo;
-  }
+  // float32: V rounded to TF32 (3xTF32: split into big and small parts),
+  // written by the kernels
+  if (w.v_hi >= 0) a.v_hi = wp + w.v_hi;
+  if (w.v_lo >= 0) a.v_lo = wp + w.v_lo;
+  if (w.go_t_lo >= 0) a.go_t_lo = wp + w.go_t_lo;
   bool launched = true;
   if (d.dtype == at::kBFloat16) cuda::backward_sm90_bf16(a, plan.bn);
   else if (d.dtype == at::kHalf) cuda::backward_sm90_f16(a, plan.bn);

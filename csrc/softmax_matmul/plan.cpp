@@ -340,8 +340,8 @@ BackwardWorkspace backward_workspace(const Plan& plan, const Descriptor& d) {
     w.lse_p = take(d.batch * w.d1p);
     w.go_t = take(d.batch * d.d3 * w.d1p);
   }
+  if (d.dtype == c10::ScalarType::Float) w.v_hi = take(d.batch * d.d2 * d.d3);
   if (plan.math == Math::kExactF32) {
-    w.v_hi = take(d.batch * d.d2 * d.d3);
     w.v_lo = take(d.batch * d.d2 * d.d3);
     w.go_t_lo = take(d.batch * d.d3 * w.d1p);
   }

@@ -92,7 +92,8 @@ int64_t workspace_size(const Plan& plan, const Descriptor& d);
 // 4 (16-byte aligned, as tensor maps need); -1 where the plan has no such
 // part. delta: D = rowsum(dO * O), (batch, d1); float32 also lse_p (batch,
 // d1p) and go_t, dO transposed (batch, d3, d1p), with d1p = d1 rounded up
-// to 4; 3xTF32 then v_hi and v_lo (batch, d2, d3) and go_t_lo (batch, d3, d1p).
+// to 4, and v_hi (batch, d2, d3), V rounded to TF32 (3xTF32: its big part);
+// 3xTF32 then v_lo (batch, d2, d3) and go_t_lo (batch, d3, d1p).
 struct BackwardWorkspace {
   int64_t d1p = 0;
   int64_t delta = 0, lse_p = -1, go_t = -1, v_hi = -1, v_lo = -1, go_t_lo = -1;

@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // multiple of 4, 16-byte aligned rows) split for 3xTF32 into hi and lo,
 // contiguous (hi may be src itself where src is contiguous): hi rounded to
 // TF32 by cvt.rna (a NaN stays a NaN), lo the rest rounded to nearest TF32.
+// lo null: hi only (TF32: the operand wgmma would otherwise truncate).
 __global__ void smm_tf32_split_kernel(const float* src, float* hi, float* lo, int64_t rows, int64_t cols,
                                       int64_t row_stride, int64_t batch_stride, int64_t n4) {
 #ifdef SMM_SM90A_DEVICE
@@ -144,7 +145,7 @@ __global__ void smm_tf32_split_kernel(const float* src, float* hi, float* lo, in
       l[q] = __uint_as_float(to_tf32_rn(vs[q] - h[q]));
     }
     *reinterpret_cast<float4*>(hi + e) = make_float4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<float4*>(lo + e) = make_float4(l[0], l[1], l[2], l[3]);
+    if (lo != nullptr) *reinterpret_cast<float4*>(lo + e) = make_float4(l[0], l[1], l[2], l[3]);
   }
 #else
   __trap();
@@ -163,15 +164,21 @@ void tf32_split(const float* src, float* hi, float* lo, int64_t batch, int64_t r
 // float32: every tensor map first (false, nothing launched, where one cannot
 // be made: the caller takes the blocked backward), then D, dX (128 columns
 // of d2) and dV (TF32: bn_dv columns of d3, 128 or 256; 3xTF32: 128). TF32:
-// dX in three stages, two CTAs per SM. 3xTF32 (split3): V and dO^T split
-// first (tf32_split: V into a.v_hi and a.v_lo, dO^T into itself and
-// a.go_t_lo), dX in four stages, one CTA per SM.
+// V rounded to TF32 into a.v_hi and dO^T in place first (tf32_split without
+// lo), so that neither B operand is truncated by wgmma (a truncated
+// operand's bias does not cancel in dP - D: dX's error was 3-6x the naive
+// TF32 version's, docs/softmax_matmul.md); SOFTMAX_EXT_SMM_TF32_ROUNDED=0
+// skips it (A/B work). dX in three stages, two CTAs per SM. 3xTF32
+// (split3): V and dO^T split first (tf32_split: V into a.v_hi and a.v_lo,
+// dO^T into itself and a.go_t_lo), dX in four stages, one CTA per SM.
 bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
+  const char* round_env = std::getenv("SOFTMAX_EXT_SMM_TF32_ROUNDED");
+  const bool rounded = !split3 && !(round_env != nullptr && round_env[0] == '0');
   const int bn = (split3 || bn_dv == 128) ? 128 : 256;
   const char* dx_env = std::getenv("SOFTMAX_EXT_SMM_DX_BN");
   const int dx_bn = !split3 && dx_env != nullptr && dx_env[0] == '2' ? 256 : 128;
   CUtensorMap tmv{}, tmo{}, tmvl{}, dmo{}, dmx{}, dml{}, dmol{};
-  const bool tmv_ok = split3 ? map_3d<float>(&tmv, a.v_hi, a.d3, a.d2, a.batch, a.d3, a.d2 * a.d3, 32, dx_bn)
+  const bool tmv_ok = split3 || rounded ? map_3d<float>(&tmv, a.v_hi, a.d3, a.d2, a.batch, a.d3, a.d2 * a.d3, 32, dx_bn)
                              : map_3d<float>(&tmv, a.v, a.d3, a.d2, a.batch, a.v_row_stride, a.v_batch_stride, 32, dx_bn);
   if (!tmv_ok ||
       !map_3d<float>(&tmo, a.go, a.d3, a.d1, a.batch, a.d3, a.d1 * a.d3, 32, 128) ||
@@ -188,6 +195,10 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
     tf32_split(static_cast<const float*>(a.v), a.v_hi, a.v_lo, a.batch, a.d2, a.d3, a.v_row_stride,
                a.v_batch_stride, stream);
     tf32_split(a.go_t, a.go_t, a.go_t_lo, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
+  } else if (rounded) {
+    tf32_split(static_cast<const float*>(a.v), a.v_hi, nullptr, a.batch, a.d2, a.d3, a.v_row_stride,
+               a.v_batch_stride, stream);
+    tf32_split(a.go_t, a.go_t, nullptr, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
   }
   // dX's epilogue through shared memory (the x tile by TMA into freed
   // stages, dX stored by TMA) where x's and dX's maps of 32 x 128 boxes can
