@@ -14,7 +14,6 @@
 #include "softmax_matmul/blocked.h"
 #include "softmax_matmul/plan.h"
 #ifdef SOFTMAX_EXT_WITH_CUDA
-#include "cuda/core/layout_copy.h"
 #include "plan/family.h"
 #include "cuda/families/softmax_matmul/cuda_launch.h"
 #endif
@@ -280,18 +279,13 @@ Grads fused_backward(const Plan& plan, const Descriptor& d, const at::Tensor& x3
   a.dx = dx.data_ptr();
   a.dv = dv.data_ptr();
   set_problem(a, d);
-  if (w.go_t >= 0) {  // lse and dO^T with rows of d1p floats (16 bytes a row, for TMA)
-    at::Tensor go_t = ws.narrow(0, w.go_t, d.batch * d.d3 * w.d1p).view({d.batch, d.d3, w.d1p});
+  if (w.go_t >= 0) {  // lse and dO^T (the kernels write it) with rows of d1p floats (16 bytes a row, for TMA)
     a.lse_p = l2.data_ptr<float>();  // rows of d1p already (or one row), 16-byte aligned: no copy
     if ((d.d1 != w.d1p && d.batch > 1) || reinterpret_cast<uintptr_t>(a.lse_p) % 16 != 0) {
       at::Tensor lse_p = ws.narrow(0, w.lse_p, d.batch * w.d1p).view({d.batch, w.d1p});
       lse_p.narrow(1, 0, d.d1).copy_(l2);
       a.lse_p = wp + w.lse_p;
     }
-    at::Tensor src = go.transpose(1, 2), dst = go_t.narrow(2, 0, d.d1);
-    if (!softmax_ext::cuda::copy_across_layouts(src.data_ptr(), dst.data_ptr(), 4, src.sizes(), src.strides(),
-                                                dst.strides()))
-      dst.copy_(src);
     a.go_t = wp + w.go_t;
     a.d1p = w.d1p;
   }

@@ -65,10 +65,11 @@ struct BwdArgs {
   int64_t batch = 0, d1 = 0, d2 = 0, d3 = 0;
   int64_t x_batch_stride = 0, x_row_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0;
-  // f32 only: dO transposed, (batch, d3, d1p), and lse, (batch, d1p): rows
-  // of d1p = d1 rounded up to a multiple of 4 floats (16 bytes, for TMA);
-  // 3xTF32: room for V's big and small parts, (batch, d2, d3) each, and
-  // go_t's small part (its big part replaces go_t).
+  // f32 only: room for dO transposed, (batch, d3, d1p), written by the
+  // kernels, and lse, (batch, d1p): rows of d1p = d1 rounded up to a
+  // multiple of 4 floats (16 bytes, for TMA); room for V rounded to TF32
+  // (batch, d2, d3); 3xTF32: that is V's big part, and room for its small
+  // part and go_t's (go_t holds the big part).
   float* go_t = nullptr;
   const float* lse_p = nullptr;
   int64_t d1p = 0;
@@ -87,8 +88,8 @@ void launch_sm90_f32(const Args& a, int bn, bool split3);
 void backward_sm90_bf16(const BwdArgs& a, int bn);
 void backward_sm90_f16(const BwdArgs& a, int bn);
 // f32 (sm90_backward_f32.cu): TF32, or 3xTF32 (split3, float32-accurate); also
-// go_t, lse_p (and v_hi, v_lo, go_t_lo); false (nothing launched) where a tensor
-// map cannot be made.
+// go_t, lse_p, v_hi (and v_lo, go_t_lo); false (nothing launched) where a
+// tensor map cannot be made.
 bool backward_sm90_f32(const BwdArgs& a, int bn, bool split3);
 
 }  // namespace softmax_ext::smm::cuda

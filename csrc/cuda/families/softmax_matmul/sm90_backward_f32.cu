@@ -161,16 +161,69 @@ void tf32_split(const float* src, float* hi, float* lo, int64_t batch, int64_t r
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// dO (batch, d1, d3), contiguous, transposed into go_t (batch, d3, d1p)
+// through 32 x 32 tiles of shared memory (reads and writes coalesced), its
+// columns d1..d1p zero; each value as it is (ROUND 0), rounded to TF32 by
+// cvt.rna (1), or split as tf32_split splits (2: the small parts into lo).
+template <int ROUND>
+__global__ void __launch_bounds__(256) smm_go_transpose_kernel(const float* go, float* hi, float* lo, int64_t batch,
+                                                               int64_t d1, int64_t d3, int64_t d1p) {
+#ifdef SMM_SM90A_DEVICE
+  __shared__ float tile[32][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c0 = int64_t{blockIdx.x} * 32;  // columns of d3: rows of go_t
+  for (int64_t b = blockIdx.z; b < batch; b += gridDim.z) {
+    for (int64_t r0 = int64_t{blockIdx.y} * 32; r0 < d1p; r0 += int64_t{gridDim.y} * 32) {  // rows of d1
+      __syncthreads();  // (the tile of the previous step read)
+      for (int i = ty; i < 32; i += 8) {
+        const int64_t r = r0 + i, c = c0 + tx;
+        tile[i][tx] = r < d1 && c < d3 ? go[(b * d1 + r) * d3 + c] : 0.f;
+      }
+      __syncthreads();
+      for (int i = ty; i < 32; i += 8) {
+        const int64_t c = c0 + i, r = r0 + tx;
+        if (c >= d3 || r >= d1p) continue;
+        const float v = tile[tx][i];
+        const int64_t at = (b * d3 + c) * d1p + r;
+        if constexpr (ROUND == 0) {
+          hi[at] = v;
+        } else {
+          const float h = __uint_as_float(to_tf32(v));
+          hi[at] = h;
+          if constexpr (ROUND == 2) lo[at] = __uint_as_float(to_tf32_rn(v - h));
+        }
+      }
+    }
+  }
+#else
+  __trap();
+#endif
+}
+
+void go_transpose(const BwdArgs& a, int round, cudaStream_t stream) {
+  if (a.batch == 0 || a.d3 == 0 || a.d1p == 0) return;
+  const dim3 block(32, 8);
+  const dim3 grid(static_cast<unsigned>((a.d3 + 31) / 32), static_cast<unsigned>(std::min<int64_t>((a.d1p + 31) / 32, 65535)),
+                  static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
+  const float* go = static_cast<const float*>(a.go);
+  if (round == 2) smm_go_transpose_kernel<2><<<grid, block, 0, stream>>>(go, a.go_t, a.go_t_lo, a.batch, a.d1, a.d3, a.d1p);
+  else if (round == 1) smm_go_transpose_kernel<1><<<grid, block, 0, stream>>>(go, a.go_t, nullptr, a.batch, a.d1, a.d3, a.d1p);
+  else smm_go_transpose_kernel<0><<<grid, block, 0, stream>>>(go, a.go_t, nullptr, a.batch, a.d1, a.d3, a.d1p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // float32: every tensor map first (false, nothing launched, where one cannot
-// be made: the caller takes the blocked backward), then D, dX (128 columns
-// of d2) and dV (TF32: bn_dv columns of d3, 128 or 256; 3xTF32: 128). TF32:
-// V rounded to TF32 into a.v_hi and dO^T in place first (tf32_split without
-// lo), so that neither B operand is truncated by wgmma (a truncated
-// operand's bias does not cancel in dP - D: dX's error was 3-6x the naive
-// TF32 version's, docs/softmax_matmul.md); SOFTMAX_EXT_SMM_TF32_ROUNDED=0
-// skips it (A/B work). dX in three stages, two CTAs per SM. 3xTF32
-// (split3): V and dO^T split first (tf32_split: V into a.v_hi and a.v_lo,
-// dO^T into itself and a.go_t_lo), dX in four stages, one CTA per SM.
+// be made: the caller takes the blocked backward), then dO transposed into
+// a.go_t, D, dX (128 columns of d2) and dV (TF32: bn_dv columns of d3, 128
+// or 256; 3xTF32: 128). TF32: V rounded to TF32 into a.v_hi (tf32_split
+// without lo) and dO^T rounded as it is transposed, so that neither B
+// operand is truncated by wgmma (a truncated operand's bias does not cancel
+// in dP - D: dX's error was 3-6x the naive TF32 version's,
+// docs/softmax_matmul.md); SOFTMAX_EXT_SMM_TF32_ROUNDED=0 leaves both as
+// they are (A/B work). dX in three stages, two CTAs per SM. 3xTF32
+// (split3): V and dO^T split (tf32_split: V into a.v_hi and a.v_lo; dO^T
+// as it is transposed, into a.go_t and a.go_t_lo), dX in four stages, one
+// CTA per SM.
 bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
   const char* round_env = std::getenv("SOFTMAX_EXT_SMM_TF32_ROUNDED");
   const bool rounded = !split3 && !(round_env != nullptr && round_env[0] == '0');
@@ -190,15 +243,11 @@ bool backward_f32(const BwdArgs& a, int bn_dv, bool split3) {
                  !map_3d<float>(&dmol, a.go_t_lo, a.d1, a.d3, a.batch, a.d1p, a.d3 * a.d1p, 32, bn)))
     return false;
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  go_transpose(a, split3 ? 2 : rounded ? 1 : 0, stream);
   launch_delta<float>(a, stream);
-  if (split3) {
-    tf32_split(static_cast<const float*>(a.v), a.v_hi, a.v_lo, a.batch, a.d2, a.d3, a.v_row_stride,
-               a.v_batch_stride, stream);
-    tf32_split(a.go_t, a.go_t, a.go_t_lo, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
-  } else if (rounded) {
-    tf32_split(static_cast<const float*>(a.v), a.v_hi, nullptr, a.batch, a.d2, a.d3, a.v_row_stride,
-               a.v_batch_stride, stream);
-    tf32_split(a.go_t, a.go_t, nullptr, 1, 1, a.batch * a.d3 * a.d1p, 0, 0, stream);
+  if (split3 || rounded) {
+    tf32_split(static_cast<const float*>(a.v), a.v_hi, split3 ? a.v_lo : nullptr, a.batch, a.d2, a.d3,
+               a.v_row_stride, a.v_batch_stride, stream);
   }
   // dX's epilogue through shared memory (the x tile by TMA into freed
   // stages, dX stored by TMA) where x's and dX's maps of 32 x 128 boxes can
