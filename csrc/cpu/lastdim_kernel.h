@@ -17,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <memory>
 #include <type_traits>
 
@@ -31,6 +32,24 @@ struct LastDim {
     const int64_t n = p.axis_size;
     // Where softmax keeps exp(x - max) between passes: y itself when it holds
     // acc_t, else a scratch row, else nowhere (recomputed).
+    if constexpr (K == Kind::LogSoftmax && kIs16Bit<out_t>) {
+      if (n <= kGroupedLogSoftmaxMax) {  // short rows: a vector's count of them at a time
+        constexpr int G = Vec<acc_t>::size();
+        at::parallel_for(0, p.rows, row_grain(n), [&](int64_t begin, int64_t end) {
+          RowCursor cur(p, p.batch_rank, begin);
+          int64_t xo[G], yo[G];
+          for (int64_t r = begin; r < end; r += G) {
+            const int rows = static_cast<int>(std::min<int64_t>(G, end - r));
+            for (int i = 0; i < rows; ++i, cur.next()) {
+              xo[i] = cur[kIn0];
+              yo[i] = cur[kOut];
+            }
+            log_softmax_short_rows(x, y, xo, yo, rows, n);
+          }
+        });
+        return;
+      }
+    }
     constexpr bool kInPlace = std::is_same_v<out_t, acc_t>;
     const bool scratch = Forward<K, kIs16Bit<out_t>>::kCachesExp && !kInPlace &&
                          n * int64_t(sizeof(acc_t)) <= kRowScratchMaxBytes;

@@ -55,49 +55,46 @@ acc_t row_sum(int64_t n, const Add& add) {
   return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, t0 + t1);
 }
 
-// kFastExp: see numerics.h; the strided family sets it for its final output
-// dtype while running this on float rows.
-template <Kind K, typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
-SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
+// The statistics of a row of at most one block, held as the pair (a, b)
+// with the lanes past n at -inf: its max (max, and m in every lane), the
+// exps e = exp(x - m) (0 past the row) and their sum, returned. The same bits as
+// forward_row's block loops (the max of the pair, the sum of the pair); a
+// row of at most one vector leaves b out (its max is -inf and its exps add
+// 0), so its eb is not computed.
+template <typename Fwd, typename V>
+C10_ALWAYS_INLINE typename V::value_type block_stats(const V& a, const V& b, int64_t n, typename V::value_type& max,
+                                                     V& m, V& ea, V& eb) {
+  using acc_t = typename V::value_type;
+  constexpr int64_t W = V::size();
+  if (n <= W) {
+    max = at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a);
+    m = V(max);
+    ea = Fwd::exp(a - m);
+    if (n < W) ea = V::set(V(acc_t(0)), ea, n);
+    eb = V(acc_t(0));
+    return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea);
+  }
+  max = at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(a, b));
+  m = V(max);
+  ea = Fwd::exp(a - m);
+  eb = Fwd::exp(b - m);
+  if (n < 2 * W) eb = V::set(V(acc_t(0)), eb, n - W);
+  return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea + eb);
+}
+
+// Passes 1 and 2 of a row of any length: its max and, returned, the sum of
+// exp(x - max), kept in `cache` where softmax keeps the exps (forward_row's
+// order: the same bits).
+template <Kind K, typename in_t, typename out_t, bool kFastExp>
+C10_ALWAYS_INLINE acc_type_t<out_t> row_stats(const in_t* x, int64_t n, acc_type_t<out_t>* cache,
+                                              acc_type_t<out_t>& max) {
   using acc_t = acc_type_t<out_t>;
   using V = Vec<acc_t>;
   using Fwd = Forward<K, kFastExp>;
   using X = Io<in_t, out_t, acc_t>;
-  using Y = Io<out_t, out_t, acc_t>;
   using C = Io<acc_t, acc_t, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
-  // (the lambdas below keep their vectors local: captured by reference,
-  // they would live on the stack)
-  // A row of at most one block: read once (lanes past the row -inf), kept
-  // in registers through the three passes; the same bits as the loops below
-  // (the max of the pair, the exps past the row set to 0, the sum of the
-  // pair, the same epilogue). A row of at most one vector leaves the second
-  // vector of the pair out (its max is -inf and its exps add 0).
-  if (n <= B) {
-    V a, b;
-    X::load(x, n, kNegInf, a, b);
-    if (n <= V::size()) {
-      const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a));
-      V ea = Fwd::exp(a - m);
-      if (n < V::size()) ea = V::set(V(acc_t(0)), ea, n);
-      const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea));
-      V out;
-      if constexpr (Fwd::kCachesExp) out = Fwd::from_exp(ea, c);
-      else out = Fwd::apply(a, m, c);
-      Y::store(y, n, out, out);
-      return;
-    }
-    const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(a, b)));
-    const V ea = Fwd::exp(a - m);
-    V eb = Fwd::exp(b - m);
-    if (n < B) eb = V::set(V(acc_t(0)), eb, n - V::size());
-    const V c = Fwd::template finish_row<V>(at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea + eb));
-    if constexpr (Fwd::kCachesExp) Y::store(y, n, Fwd::from_exp(ea, c), Fwd::from_exp(eb, c));
-    else Y::store(y, n, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
-    return;
-  }
-
   V m0(kNegInf), m1(kNegInf);
   for_blocks<B>(n, [&](int64_t j, int64_t len) {
     V a, b;
@@ -105,7 +102,8 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
     m0 = vmax(m0, a);
     m1 = vmax(m1, b);
   });
-  const V m(at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(m0, m1)));
+  max = at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, vmax(m0, m1));
+  const V m(max);
 
   // Pass 2, a span of kRowSumSpan elements at a time: e = exp(x - m), kept
   // in softmax's cache when it keeps the exps, and summed in row_sum's order.
@@ -155,7 +153,38 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
     t0 += s0;
     t1 += s1;
   }
-  const acc_t sum = at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, t0 + t1);
+  return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, t0 + t1);
+}
+
+// kFastExp: see numerics.h; the strided family sets it for its final output
+// dtype while running this on float rows.
+template <Kind K, typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
+SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
+  using acc_t = acc_type_t<out_t>;
+  using V = Vec<acc_t>;
+  using Fwd = Forward<K, kFastExp>;
+  using X = Io<in_t, out_t, acc_t>;
+  using Y = Io<out_t, out_t, acc_t>;
+  using C = Io<acc_t, acc_t, acc_t>;
+  constexpr int64_t B = kBlock<acc_t>;
+  constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
+  // (the lambdas below keep their vectors local: captured by reference,
+  // they would live on the stack)
+  // A row of at most one block: read once (lanes past the row -inf), kept
+  // in registers through the three passes (block_stats).
+  if (n <= B) {
+    V a, b, m, ea, eb;
+    acc_t max;
+    X::load(x, n, kNegInf, a, b);
+    const V c = Fwd::template finish_row<V>(block_stats<Fwd>(a, b, n, max, m, ea, eb));
+    if constexpr (Fwd::kCachesExp) Y::store(y, n, Fwd::from_exp(ea, c), Fwd::from_exp(eb, c));
+    else Y::store(y, n, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
+    return;
+  }
+
+  acc_t max;
+  const acc_t sum = row_stats<K, in_t, out_t, kFastExp>(x, n, cache, max);
+  const V m(max);
   const V c = Fwd::template finish_row<V>(sum);
 
   if constexpr (Fwd::kCachesExp) {
@@ -173,6 +202,47 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
     X::load(x + j, len, acc_t(0), a, b);
     Y::store(y + j, len, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
   });
+}
+
+// log_softmax of up to one vector's count of short rows (row i at x + xo[i],
+// y + yo[i]; the lastdim kernel takes this for 16-bit rows of up to
+// kGroupedLogSoftmaxMax elements): the rows' statistics first (block_stats
+// or row_stats, forward_row's), then the logs of their sums as one vector
+// (Sleef's, like torch's lastdim kernel; forward_row takes one scalar log a
+// row, the largest cost of a short row), then each row again, from L1, for
+// its output (x - max) - log(sum).
+template <typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
+SOFTMAX_EXT_FLATTEN void log_softmax_short_rows(const in_t* x, out_t* y, const int64_t* xo, const int64_t* yo,
+                                                int rows, int64_t n) {
+  using acc_t = acc_type_t<out_t>;
+  using V = Vec<acc_t>;
+  using Fwd = Forward<Kind::LogSoftmax, kFastExp>;
+  using X = Io<in_t, out_t, acc_t>;
+  using Y = Io<out_t, out_t, acc_t>;
+  constexpr int64_t B = kBlock<acc_t>;
+  constexpr int G = V::size();
+  constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
+  alignas(64) acc_t maxes[G], sums[G];
+  for (int i = rows; i < G; ++i) maxes[i] = sums[i] = acc_t(1);
+  for (int i = 0; i < rows; ++i) {
+    if (n <= B) {
+      V a, b, m, ea, eb;
+      X::load(x + xo[i], n, kNegInf, a, b);
+      sums[i] = block_stats<Fwd>(a, b, n, maxes[i], m, ea, eb);
+    } else {
+      sums[i] = row_stats<Kind::LogSoftmax, in_t, out_t, kFastExp>(x + xo[i], n, nullptr, maxes[i]);
+    }
+  }
+  alignas(64) acc_t logs[G];
+  V::loadu(sums).log().store(logs);
+  for (int i = 0; i < rows; ++i) {
+    const V m(maxes[i]), c(logs[i]);
+    for_blocks<B>(n, [&](int64_t j, int64_t len) {
+      V a, b;
+      X::load(x + xo[i] + j, len, acc_t(0), a, b);
+      Y::store(y + yo[i] + j, len, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
+    });
+  }
 }
 
 template <Kind K, typename T>
