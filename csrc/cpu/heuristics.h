@@ -22,9 +22,10 @@ inline int64_t row_grain(int64_t axis_size) {
 // vector; a group's rows stay in L1 for the output pass. Measured on a
 // 2-core AMD EPYC (AVX-512), one thread, 4M elements, row at a time /
 // grouped: bf16 rows of 16 7.58 / 6.99 ms, 32 5.13 / 4.32, 48 6.93 / 5.39,
-// 100 4.39 / 3.95, 128 3.38 / 2.83, 256 2.91 / 2.47. float32 rows gained
-// nothing (16-100: 0.98-1.03x) and lost from 128 (0.72-0.86x): they keep
-// forward_row.
+// 100 4.39 / 3.95, 128 3.38 / 2.83, 256 2.91 / 2.47. float32 rows: no
+// steady gain (rows of 16: 1.02-1.31x in two runs, 0.80x torch's either
+// way in cpu_parity; 100: 0.98-1.05x) and a loss from 128 (0.72-0.86x):
+// they keep forward_row.
 constexpr int64_t kGroupedLogSoftmaxMax = 256;
 
 // Forward softmax of a 16-bit output keeps exp(x - max) of a row in a float
