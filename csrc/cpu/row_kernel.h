@@ -57,10 +57,10 @@ acc_t row_sum(int64_t n, const Add& add) {
 
 // The statistics of a row of at most one block, held as the pair (a, b)
 // with the lanes past n at -inf: its max (max, and m in every lane), the
-// exps e = exp(x - m) (0 past the row) and their sum, returned. The same bits as
-// forward_row's block loops (the max of the pair, the sum of the pair); a
-// row of at most one vector leaves b out (its max is -inf and its exps add
-// 0), so its eb is not computed.
+// exps e = exp(x - m) (0 past the row) and their sum, returned. The same
+// bits as row_stats' block loops (the max of the pair, the sum of the
+// pair); a row of at most one vector leaves b out (its max is -inf and its
+// exps add 0), so its eb is not computed (0).
 template <typename Fwd, typename V>
 C10_ALWAYS_INLINE typename V::value_type block_stats(const V& a, const V& b, int64_t n, typename V::value_type& max,
                                                      V& m, V& ea, V& eb) {
