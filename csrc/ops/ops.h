@@ -17,6 +17,15 @@ at::Tensor log_softmax(const at::Tensor& x, int64_t dim, std::optional<c10::Scal
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
 at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
 
+namespace distributed {
+// Two steps of a softmax over rows (distributed/row_ops.cpp, the ops of the
+// same names): each row's (max, sum(exp(x - max))) in the accumulator type,
+// shape (..., 2) without the axis; and the softmax or log_softmax of x
+// ("softmax" / "log_softmax") from such statistics, in x's dtype.
+at::Tensor softmax_stats(const at::Tensor& x, int64_t dim);
+at::Tensor softmax_normalize(const at::Tensor& x, const at::Tensor& stats, int64_t dim, c10::string_view kind);
+}  // namespace distributed
+
 // What softmax_ext.plan() shows: (kernel, workspace bytes, deterministic,
 // accumulator dtype name, problem = [rows, axis_size, axis_stride, inner_size,
 // batch_rank, batch sizes..., batch strides of x...]).

@@ -6,6 +6,8 @@
 // so that -inf - -inf never makes a NaN; a row all -inf ends with sum 0 and
 // so 0/0 = NaN, like softmax(x) @ v.
 #include "softmax_matmul/blocked.h"
+#include "cpu/isa.h"
+#include "ops/ops.h"
 
 #include <ATen/ATen.h>
 
@@ -17,6 +19,31 @@ static c10::ScalarType acc_type(const at::Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX-BF16),
+// where oneDNN's bf16 GEMMs are the fast ones; elsewhere they are emulated
+// and several times slower than float32's.
+static bool cpu_has_bf16_dot() {
+#if SOFTMAX_EXT_CPU_X86
+  static const bool yes = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  return yes;
+#else
+  return false;
+#endif
+}
+
+// Whether the matmuls run in x's 16-bit type (P rounded to it, f32
+// accumulation inside the GEMM), where those GEMMs are the fast ones:
+// bf16 and f16 on CUDA (tensor cores; the backward only: the forward has
+// kernels of its own there), bf16 on a CPU with bf16 dot products (on a
+// 2-core AMD EPYC with AVX512-BF16, (16, 128, 2048) @ (16, 2048, 128) takes
+// 3.3 ms in bf16 against float32's 12.1). f16 has no such CPU kernel (347
+// ms there), so CPU f16 multiplies in float32, as does bf16 on other CPUs.
+static bool matmul_in_16bit(const at::Tensor& x) {
+  const auto t = x.scalar_type();
+  if (x.is_cuda()) return t == at::kHalf || t == at::kBFloat16;
+  return x.is_cpu() && t == at::kBFloat16 && cpu_has_bf16_dot();
+}
+
 std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at::Tensor& v, int64_t block) {
   const int64_t B = x.size(0), d1 = x.size(1), d2 = x.size(2), d3 = v.size(2);
   const auto acc = acc_type(x);
@@ -24,6 +51,20 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (d2 == 0) {
     return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
+  }
+  // bf16 on CPU, one block: P rounded to bf16 for the GEMM, as softmax(x) @ v
+  // rounds it, the output rounded once. Several blocks keep their products
+  // in the float32 accumulator (a bf16 GEMM would round each block's part:
+  // twice the naive version's error at (1, 16, 20000, 64)).
+  const bool mm16 = x.is_cpu() && matmul_in_16bit(x);
+  if (d2 <= block && x.is_cpu() && (mm16 || x.scalar_type() == acc)) {
+    // one block on CPU (bf16, float32, float64): the rows' (max, sum) in one
+    // pass over x, P in x's dtype from them in a second (softmax_ext's row
+    // kernels), P @ v; lse = max + log(sum)
+    const at::Tensor stats = distributed::softmax_stats(x, -1);  // (batch, d1, 2)
+    at::Tensor out = at::bmm(distributed::softmax_normalize(x, stats, -1, "softmax"), v);
+    const at::Tensor m = stats.select(-1, 0);
+    return {out, at::where(m == -inf, m, m + stats.select(-1, 1).log())};
   }
   if (d2 <= block) {  // one block: torch's softmax kernel (one pass out), then P @ v
     const at::Tensor s = x.to(acc);
@@ -81,16 +122,16 @@ std::tuple<at::Tensor, at::Tensor> blocked_backward(const at::Tensor& grad_out, 
   if (d2 == 0 || x.numel() == 0 || v.numel() == 0) {
     return {at::zeros(x.sizes(), x.options()), at::zeros(v.sizes(), v.options())};
   }
-  // On CUDA the half types keep their matmuls in 16 bits (tensor cores, f32
-  // accumulation in cuBLAS), like autograd through softmax(x) @ v does; the
-  // element-wise parts are f32 everywhere.
-  const bool mm16 = x.is_cuda() && (x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16);
+  // The half types keep their matmuls in 16 bits where matmul_in_16bit says
+  // (f32 accumulation in the GEMM), like autograd through softmax(x) @ v
+  // does; the element-wise parts are f32 everywhere.
+  const bool mm16 = matmul_in_16bit(x);
   const auto mm_type = mm16 ? x.scalar_type() : acc;
   if (d2 <= block) {
     // One block: P again by torch's softmax kernel, dV = P^T dO, dP = dO V^T,
     // and dX = P * (dP - rowsum(P * dP)) by torch's softmax backward kernel
     // (rowsum(P * dP) = rowsum(dO * out)). Every matmul in the accumulator
-    // type, or (16-bit on CUDA) the kernels autograd runs through
+    // type, or (matmul_in_16bit) the kernels autograd runs through
     // softmax(x) @ v, P in 16 bits as it saves it: the one pass more is P's.
     const auto t = mm16 ? x.scalar_type() : acc;
     const at::Tensor p = at::_softmax(x.to(t), -1, false);
