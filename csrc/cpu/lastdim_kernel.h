@@ -30,8 +30,6 @@ struct LastDim {
     const auto* x = static_cast<const in_t*>(buf.in0);
     auto* y = static_cast<out_t*>(buf.out);
     const int64_t n = p.axis_size;
-    // Where softmax keeps exp(x - max) between passes: y itself when it holds
-    // acc_t, else a scratch row, else nowhere (recomputed).
     if constexpr (K == Kind::LogSoftmax && kIs16Bit<out_t>) {
       if (n <= kGroupedLogSoftmaxMax) {  // short rows: a vector's count of them at a time
         constexpr int G = Vec<acc_t>::size();
@@ -50,6 +48,8 @@ struct LastDim {
         return;
       }
     }
+    // Where softmax keeps exp(x - max) between passes: y itself when it holds
+    // acc_t, else a scratch row, else nowhere (recomputed).
     constexpr bool kInPlace = std::is_same_v<out_t, acc_t>;
     const bool scratch = Forward<K, kIs16Bit<out_t>>::kCachesExp && !kInPlace &&
                          n * int64_t(sizeof(acc_t)) <= kRowScratchMaxBytes;

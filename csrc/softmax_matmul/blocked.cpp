@@ -52,15 +52,14 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   if (d2 == 0) {
     return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
   }
-  // bf16 on CPU, one block: P rounded to bf16 for the GEMM, as softmax(x) @ v
-  // rounds it, the output rounded once. Several blocks keep their products
-  // in the float32 accumulator (a bf16 GEMM would round each block's part:
-  // twice the naive version's error at (1, 16, 20000, 64)).
-  const bool mm16 = x.is_cpu() && matmul_in_16bit(x);
-  if (d2 <= block && x.is_cpu() && (mm16 || x.scalar_type() == acc)) {
-    // one block on CPU (bf16, float32, float64): the rows' (max, sum) in one
-    // pass over x, P in x's dtype from them in a second (softmax_ext's row
-    // kernels), P @ v; lse = max + log(sum)
+  // One block on CPU, float32, float64 and (matmul_in_16bit) bf16: the rows'
+  // (max, sum) in one pass over x, P in x's dtype from them in a second
+  // (softmax_ext's row kernels), P @ v; lse = max + log(sum). bf16's P is
+  // rounded for the GEMM as softmax(x) @ v rounds it, the output once.
+  // Several blocks keep their products in the float32 accumulator (a bf16
+  // GEMM would round each block's part: twice the naive version's error at
+  // (1, 16, 20000, 64)).
+  if (d2 <= block && x.is_cpu() && (x.scalar_type() == acc || matmul_in_16bit(x))) {
     const at::Tensor stats = distributed::softmax_stats(x, -1);  // (batch, d1, 2)
     at::Tensor out = at::bmm(distributed::softmax_normalize(x, stats, -1, "softmax"), v);
     const at::Tensor m = stats.select(-1, 0);
