@@ -19,7 +19,7 @@ import softmax_ext
 
 FORWARD = {"default": {}, "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "bn128": {"SOFTMAX_EXT_SMM_BN": "128"},
            "bn64": {"SOFTMAX_EXT_SMM_BN": "64"}, "f32-transpose": {"SOFTMAX_EXT_SMM_F32_TRANSPOSE": "1"},
-           "out-unstaged": {"SOFTMAX_EXT_SMM_OUT_STAGED": "0"}}
+           "out-unstaged": {"SOFTMAX_EXT_SMM_OUT_STAGED": "0"}, "cta-per-tile": {"SOFTMAX_EXT_SMM_PERSISTENT": "0"}}
 BACKWARD = {"default": {}, "dx256": {"SOFTMAX_EXT_SMM_DX_BN": "256"}, "dx-rs": {"SOFTMAX_EXT_SMM_DX_SS": "0"},
             "cp.async": {"SOFTMAX_EXT_SMM_CPASYNC": "1"}, "tf32-truncated": {"SOFTMAX_EXT_SMM_TF32_ROUNDED": "0"}}
 

@@ -4,9 +4,13 @@
 the largest error against float64 of out, dx and dv, each relative to its largest float64
 value (naive ; softmax_ext).
 
-    python scripts/smm_shapes.py [--only=bf16,tf32,f32] [--no-backward] [b,d1,d2,d3 ...]
+    python scripts/smm_shapes.py [--only=bf16,tf32,f32] [--no-backward] [--ab=name:K=V[+K=V]] [b,d1,d2,d3 ...]
+
+--ab (repeatable): the forward again with those environment switches
+(docs/softmax_matmul.md) set, its time and plan beside the others.
 """
 
+import os
 import sys
 
 import torch
@@ -30,6 +34,8 @@ def rel_err(got, ref):
 def main(argv):
     backward = "--no-backward" not in argv
     only = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--only=")), None)
+    abs_ = [a.split("=", 1)[1].split(":", 1) for a in argv if a.startswith("--ab=")]
+    abs_ = [(name, dict(kv.split("=", 1) for kv in env.split("+"))) for name, env in abs_]
     shapes = [tuple(int(s) for s in a.split(",")) for a in argv if not a.startswith("--")] or SHAPES
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     print("prec | (b, d1, d2, d3) | fwd naive | fwd ours | x | bwd naive | bwd ours | x | err out/dx/dv naive ; ours | plan")
@@ -64,6 +70,18 @@ def main(argv):
             else:
                 line += " | - | - | -"
             line += f" | {rel_err(got_n, ref)} ; {rel_err(got_o, ref)} | {plan}"
+            for ab_name, env in abs_:
+                old = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                with torch.no_grad():
+                    f_ab = do_bench(lambda: softmax_ext.softmax_matmul(x, v)) * 1e3
+                ab_plan = softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+                for k, val in old.items():
+                    if val is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = val
+                line += f" | {ab_name} {f_ab:.1f} x{f_naive / f_ab:.2f} {ab_plan}"
             print(line, flush=True)
             del x, v, g, got_n, got_o, ref
             torch.cuda.empty_cache()

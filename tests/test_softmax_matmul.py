@@ -862,6 +862,45 @@ def _hopper():
 
 
 @requires_cuda
+@pytest.mark.parametrize("mode", ["bf16", "f16"])
+@pytest.mark.parametrize("shape", [(16, 2100, 130, 264), (16, 2100, 130, 128), (12, 1500, 300, 260)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_cuda_persistent_forward(shape, mode, monkeypatch):
+    # More tiles of 128 rows x 128 / 256 columns than CTAs run at once: the
+    # 16-bit Hopper forward's persistent kernel (tails of d1, d2 and d3; the
+    # output by TMA through its buffer, or by stores where d3 % 8 != 0),
+    # bit-identical to the kernel of a CTA per tile, values against float64
+    if not _hopper():
+        pytest.skip("the persistent kernel is a Hopper (sm_90a) forward path")
+    _, x, v = hard_inputs(mode, shape, 90, nan_col=5)
+    out, lse = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    monkeypatch.setenv("SOFTMAX_EXT_SMM_PERSISTENT", "0")
+    out1, lse1 = torch.ops.softmax_ext._softmax_matmul_forward(x, v)
+    assert torch.equal(out.nan_to_num(), out1.nan_to_num()) and torch.equal(out.isnan(), out1.isnan())
+    assert torch.equal(lse.nan_to_num(), lse1.nan_to_num())
+    torch.testing.assert_close(out.double(), reference(x, v), equal_nan=True, **TOL[x.dtype])
+    assert torch.isnan(out[0, 1]).all() and lse[0, 1] == -float("inf") and torch.isnan(out[0, 2]).all()
+
+
+@requires_cuda
+@pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "exact"])
+@pytest.mark.parametrize("d3", [64, 72])
+def test_cuda_float32_unaligned_rows_plan(allow_tf32, d3):
+    # float32 x with rows that are no whole 16-byte chunks: the mma.sync
+    # kernel reads them as they are (TF32; 3xTF32 up to 64 columns of d3),
+    # the Hopper kernel on a copy only for 3xTF32 with more columns
+    if not _hopper():
+        pytest.skip("the row copies are a Hopper (sm_90a) path")
+    x = randn((3, 70, 201), torch.float32, "cuda", 95, scale=3.0)
+    v = randn((3, 201, d3), torch.float32, "cuda", 96)
+    with tf32(allow_tf32):
+        kernel = softmax_ext.plan(x, kind="softmax_matmul", v=v).kernel
+        check(x, v, kernel)
+    copied = not allow_tf32 and d3 > 64
+    assert kernel.endswith(".rows_copied") == copied and kernel.startswith("cuda.wgmma." if copied else "cuda.mma_sync."), kernel
+
+
+@requires_cuda
 @pytest.mark.usefixtures("tensor_core_kernels")
 @pytest.mark.parametrize("mode", ["bf16", "f16", "tf32", "3xtf32"])
 @pytest.mark.parametrize("parts", [2, 5])

@@ -61,9 +61,19 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   // (1, 16, 20000, 64)).
   if (d2 <= block && x.is_cpu() && (x.scalar_type() == acc || matmul_in_16bit(x))) {
     const at::Tensor stats = distributed::softmax_stats(x, -1);  // (batch, d1, 2)
-    at::Tensor out = at::bmm(distributed::softmax_normalize(x, stats, -1, "softmax"), v);
     const at::Tensor m = stats.select(-1, 0);
-    return {out, at::where(m == -inf, m, m + stats.select(-1, 1).log())};
+    const at::Tensor lse = at::where(m == -inf, m, m + stats.select(-1, 1).log());
+    at::Tensor p = distributed::softmax_normalize(x, stats, -1, "softmax");
+    // A row of P that is NaN (x all -inf, or NaN / +inf in it) gives a NaN
+    // row of out. oneDNN's AMX bf16 GEMM also spreads it to other rows of
+    // its tile (measured on a Xeon with AMX: softmax(x) @ v gives the row
+    // before it NaN too), so such rows multiply as zeros and are set after.
+    const at::Tensor bad = at::isfinite(lse).logical_not_();
+    const bool any_bad = bad.any().item<bool>();  // (a CPU tensor: no device sync)
+    if (any_bad) p.masked_fill_(bad.unsqueeze(-1), 0);
+    at::Tensor out = at::bmm(p, v);
+    if (any_bad) out.masked_fill_(bad.unsqueeze(-1), std::numeric_limits<double>::quiet_NaN());
+    return {out, lse};
   }
   if (d2 <= block) {  // one block: torch's softmax kernel (one pass out), then P @ v
     const at::Tensor s = x.to(acc);

@@ -245,7 +245,9 @@ Status select(const Descriptor& d, bool backward, Plan* plan) {
     }
     const char* variant = f32 ? (p.math == Math::kExactF32 ? "3xtf32" : "tf32") : tag(d.dtype);
     p.name = std::string("cuda.wgmma.") + variant + ".128x" + std::to_string(p.bn) + "x" + std::to_string(p.bk);
-    cut_d2(d, Cut{d.sms, 2048, 512, 128, 256}, &p);
+    // parts of at least 256 columns (3xTF32: 512; docs/softmax_matmul.md,
+    // "d2 cut into parts")
+    cut_d2(d, Cut{d.sms, 2048, p.math == Math::kExactF32 ? 512 : 256, 128, 256}, &p);
   } else if (tensor_cores) {
     p.kernel = Kernel::kCudaMma;
     // 8 warps (128 rows of d1): every CTA reads its x rows and V columns

@@ -133,6 +133,14 @@ struct CooperativeLaunch {
 // happen once per device, kernel and shape, not on every launch (launch.cu).
 int persistent_clusters(const void* kernel, const cudaLaunchConfig_t& config);
 
+// How many blocks of `kernel` (threads, smem_bytes of dynamic shared memory,
+// no cluster) run at once on the current device: persistent_clusters' count.
+template <typename... Params>
+int resident_blocks(void (*kernel)(Params...), int threads, int64_t smem_bytes) {
+  ClusterLaunch probe(1, threads, 1, c10::cuda::getCurrentCUDAStream(), static_cast<size_t>(smem_bytes));
+  return persistent_clusters(reinterpret_cast<const void*>(kernel), probe.config);
+}
+
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device
 // (cudaFuncAttributeMaxDynamicSharedMemorySize), once per device and kernel
 // and only ever raising the limit: later launches find it in a cache

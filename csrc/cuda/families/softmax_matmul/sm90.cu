@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 namespace softmax_ext::smm::cuda {
 namespace sm90 {
@@ -144,6 +145,28 @@ __device__ __forceinline__ void tma_tile(uint32_t stage, uint32_t bar, const CUt
 #pragma unroll
   for (int j = 0; j < BN / 64; ++j) tma_load_3d(stage + j * (kBK * 128), tmv, n0 + 64 * j, k0, b, bar);
   tma_load_3d(stage + Cfg<BN>::kVBytes, tmx, k0, row0, b, bar);
+}
+#endif
+
+#ifdef SMM_SM90A_DEVICE
+// The TMA kernels' staged output: out = acc * inv of this thread's rows in
+// the NP 64-column panels from panel P0 of the tile into NP panels at `base`
+// (128 rows of 128 bytes each, 16-byte chunk c of row r at c ^ (r % 8)),
+// which TMA then stores.
+template <typename T, int BN, int P0 = 0, int NP = BN / 64>
+__device__ __forceinline__ void write_out_panels(uint32_t base, int warp, int g, int t, const float (&inv)[2],
+                                                 const float (&acc)[BN / 2]) {
+#pragma unroll
+  for (int j = 8 * P0; j < 8 * (P0 + NP); ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * warp + g + 8 * h;  // r % 8 == g
+      const uint32_t d = pack<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(base + (j / 8 - P0) * (kBM * 128) + r * 128 +
+                                                   (((j % 8) ^ g) << 4) + 4 * t),
+                   "r"(d)
+                   : "memory");
+    }
 }
 #endif
 
@@ -273,22 +296,169 @@ __global__ void __launch_bounds__(kThreads, 1)
       // swizzled rows, then stored by TMA (clipped at d1 and d3), a box per
       // panel: 16-byte transactions instead of each thread's 4-byte pairs.
       __syncthreads();  // every warp past its last read of the stages
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * warp + g + 8 * h;  // r % 8 == g
-          const uint32_t d = pack<T>(acc[4 * j + 2 * h] * inv[h], acc[4 * j + 2 * h + 1] * inv[h]);
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem + (j / 8) * (kBM * 128) + r * 128 +
-                                                       (((j % 8) ^ g) << 4) + 4 * t),
-                       "r"(d)
-                       : "memory");
-        }
+      write_out_panels<T, BN>(smem, warp, g, t, inv, acc);
       store_panels<BN / 64, 64>(&tmo, [&](int q) { return smem + q * (kBM * 128); }, n0, a.d3, row0, ob);
       return;
     }
   }
   store_output<T, BN>(a, ob, r0, n0, t, inv, acc);
+#else
+  __trap();  // built without sm_90a: the plan never selects this kernel then
+#endif
+}
+
+// The persistent form of the kernel above, taken wherever TMA loads: as many
+// CTAs as run at once (one an SM), each walking the tiles T = blockIdx.x +
+// i gridDim.x in CtaTile's order through one pipeline whose steps G = i nk
+// + kt run on across its tiles, so the next tile's first stages load while
+// a tile's last products, its epilogue and its output store run. The output
+// goes through a buffer of its own (OUT_BUF; the stages hold the next tile's
+// loads) of two 64-column panels (BN = 256: two rounds, so that four stages
+// still fit), stored by TMA without waiting (the store reads the
+// buffer while the CTA goes on; the next round waits for that read), or
+// straight from registers where the output's tensor map cannot be made.
+template <int BN, bool OUT_BUF>
+struct PCfg {
+  static_assert(BN == 128 || BN == 256, "the persistent kernel: 128 or 256 columns");
+  static constexpr int kOutPanels = OUT_BUF ? 2 : 0;  // panels of 128 rows x 128 bytes
+  static constexpr int kOutOffset = kStages * Cfg<BN>::kStageBytes;     // 1 KiB multiples
+  static constexpr int kBarOffset = kOutOffset + kOutPanels * kBM * 128;
+  static constexpr int kSmem = kBarOffset + 8 * kStages + 1024;
+};
+
+template <typename T, int BN, bool OUT_BUF>
+__global__ void __launch_bounds__(kThreads, 1)
+    smm_wgmma_persistent_kernel(Args a, const __grid_constant__ CUtensorMap tmx,
+                                const __grid_constant__ CUtensorMap tmv, const __grid_constant__ CUtensorMap tmo) {
+#ifdef SMM_SM90A_DEVICE
+  using C = PCfg<BN, OUT_BUF>;
+  constexpr int kS = kStages;
+  constexpr float kInf = __builtin_huge_valf();
+  const uint32_t smem = smem_base_1k();
+  const uint32_t bars = smem + C::kBarOffset;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+
+  // (the batch entries of out and lse: b * parts + part where d2 is cut, DRange)
+  const int64_t nblocks_n = (a.d3 + BN - 1) / BN, tiles_b = nblocks_n * ((a.d1 + kBM - 1) / kBM);
+  const int64_t my_tiles = (tiles_b * a.batch * a.parts - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int nk = DRange<kBK>(a, 0).nk;  // the same for every tile
+  const uint32_t steps = static_cast<uint32_t>(my_tiles * nk);  // (a step reads 16 KiB of x)
+  struct Tile {
+    int64_t vb;  // batch entry of out and lse
+    int nb, row0;
+  };
+  auto tile = [&](int64_t i) {  // (dims under 2^31: the tensor maps' coordinates are int)
+    const int64_t w = blockIdx.x + i * gridDim.x, q = w % tiles_b;
+    return Tile{w / tiles_b, static_cast<int>(q % nblocks_n), static_cast<int>(q / nblocks_n) * kBM};
+  };
+  auto stage = [&](uint32_t G) { return smem + (G % kS) * Cfg<BN>::kStageBytes; };
+  auto bar = [&](uint32_t G) { return bars + 8 * (G % kS); };
+  // Thread 0 issues the steps in order: the next one's tile i, its step kt and coordinates.
+  uint32_t iss_g = 0;
+  int iss_kt = 0;
+  int64_t iss_i = 0;
+  Tile iss_u{};
+  DRange<kBK> iss_r(a, 0);  // (its 64-bit divisions once a tile)
+  auto issue = [&]() {
+    if (iss_kt == 0) {
+      iss_u = tile(iss_i);
+      iss_r = DRange<kBK>(a, iss_u.vb);
+    }
+    tma_tile<BN>(stage(iss_g), bar(iss_g), &tmx, &tmv, iss_u.nb * BN, iss_u.row0, (iss_r.k0 + iss_kt) * kBK,
+                 static_cast<int>(iss_r.b));
+    ++iss_g;
+    if (++iss_kt == nk) {
+      iss_kt = 0;
+      ++iss_i;
+    }
+  };
+
+  const int lr = 16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1);  // ldmatrix row of this lane
+  const int lane_r7 = lr & 7, lane_hi = lane >> 4;
+  const uint32_t x_lane = Cfg<BN>::kVBytes + lr * 128;
+  const uint64_t desc_base = desc_nmajor(kBK * 128);
+
+  init_stage_barriers<kS>(bars);
+  if (tid == 0)
+    for (uint32_t G = 0; G + 1 < kS && G < steps; ++G) issue();
+
+  float acc[Cfg<BN>::kAcc];
+  uint32_t pa[4][4], pb[4][4];
+  for (int64_t i = 0; i < my_tiles; ++i) {
+    const Tile u = tile(i);
+    const DRange<kBK> dr(a, u.vb);
+    const uint32_t G0 = static_cast<uint32_t>(i) * nk;
+#pragma unroll
+    for (int e = 0; e < Cfg<BN>::kAcc; ++e) acc[e] = 0.f;
+    float m[2] = {-kInf, -kInf}, l[2] = {0.f, 0.f}, scale[2];
+    bool any_up = false;
+    mbar_wait(bar(G0), (G0 / kS) & 1);
+    softmax_tile<T>(pa, stage(G0) + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{dr.k0} * kBK + 2 * t,
+                    a.d2, dr.masked(0));
+    for (int kt = 0; kt < nk; ++kt) {
+      const uint32_t G = G0 + kt;
+#pragma unroll
+      for (int e = 0; e < Cfg<BN>::kAcc; ++e) fence_reg(acc[e]);
+      wgmma_fence();
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN>(acc, pa[kb], desc_base | ((stage(G) + kb * 2048) >> 4));
+      wgmma_commit();
+      // every warp done with step G - 1 (its product waited at the end of
+      // that step): its stage takes step G + kS - 1, of this tile or the next
+      __syncthreads();
+      if (tid == 0 && G + kS - 1 < steps) issue();
+      if (kt + 1 < nk) {
+        mbar_wait(bar(G + 1), ((G + 1) / kS) & 1);
+        softmax_tile<T>(pb, stage(G + 1) + x_lane, lane_r7, lane_hi, m, l, scale, any_up,
+                        int64_t{dr.k0 + kt + 1} * kBK + 2 * t, a.d2, dr.masked(kt + 1));
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int e = 0; e < Cfg<BN>::kAcc; ++e) fence_reg(acc[e]);
+#pragma unroll
+      for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
+      if (kt + 1 < nk) {
+        if (any_up) rescale_rows(acc, scale);
+#pragma unroll
+        for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
+      }
+    }
+
+    // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
+    float inv[2];
+    const int64_t r0 = u.row0 + 16 * warp + g, n0 = int64_t{u.nb} * BN;
+    finish_rows(a, u.vb, r0, t, u.nb, m, l, inv);
+    if constexpr (OUT_BUF) {
+      const uint32_t ob = smem + C::kOutOffset;
+      constexpr int kNP = C::kOutPanels;
+      auto round = [&](auto p0) {  // panels p0 .. p0 + kNP - 1 through the buffer
+        constexpr int P0 = decltype(p0)::value;
+        if (tid == 0) tma_store_wait_read();  // the last round's store has read the buffer
+        __syncthreads();
+        write_out_panels<T, BN, P0, kNP>(ob, warp, g, t, inv, acc);
+        fence_proxy_async();
+        __syncthreads();
+        if (tid == 0) {
+#pragma unroll
+          for (int q = 0; q < kNP; ++q)
+            if (n0 + 64 * (P0 + q) < a.d3)
+              tma_store_3d(&tmo, ob + q * (kBM * 128), static_cast<int>(n0) + 64 * (P0 + q), u.row0,
+                           static_cast<int>(u.vb));
+          tma_store_commit();
+        }
+      };
+      round(std::integral_constant<int, 0>{});
+      if constexpr (BN / 64 > kNP) round(std::integral_constant<int, kNP>{});
+    } else {
+      store_output<T, BN>(a, u.vb, r0, n0, t, inv, acc);
+    }
+  }
+  if (OUT_BUF && tid == 0) tma_store_wait_read();  // before the CTA's shared memory is released
 #else
   __trap();  // built without sm_90a: the plan never selects this kernel then
 #endif
@@ -315,6 +485,26 @@ void launch(const Args& a) {
   const char* out_env = std::getenv("SOFTMAX_EXT_SMM_OUT_STAGED");
   const bool out_staged = tma && !(out_env != nullptr && out_env[0] == '0') && a.d3 % 8 == 0 &&
                           map_3d<T>(&tmo, a.out, a.d3, a.d1, a.batch * a.parts, a.d3, a.d1 * a.d3, 64, kBM);
+  // SOFTMAX_EXT_SMM_PERSISTENT=0: the TMA kernel with a CTA per tile (A/B work).
+  const char* per_env = std::getenv("SOFTMAX_EXT_SMM_PERSISTENT");
+  // 128 and 256 columns (a CTA an SM either way), and only where the CTAs
+  // that run at once are fewer than the tiles: with a tile a CTA the
+  // persistent kernel has nothing to overlap and its epilogue (the output in
+  // rounds through its own buffer) costs more. 64 columns keep two CTAs of
+  // the kernel below an SM.
+  if constexpr (BN >= 128) {
+    static_assert(PCfg<BN, true>::kSmem <= 227 * 1024, "the persistent kernel's shared memory");
+    auto* persistent =
+        out_staged ? &smm_wgmma_persistent_kernel<T, BN, true> : &smm_wgmma_persistent_kernel<T, BN, false>;
+    const int64_t p_smem = out_staged ? PCfg<BN, true>::kSmem : PCfg<BN, false>::kSmem;
+    const int64_t tiles = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM) * a.batch * a.parts;
+    if (tma && !(per_env != nullptr && per_env[0] == '0') &&
+        tiles > softmax_ext::cuda::resident_blocks(persistent, kThreads, p_smem)) {
+      softmax_ext::cuda::launch_row_blocks(persistent, tiles, softmax_ext::cuda::BlockShape{kThreads, 1, p_smem, true},
+                                           a, tmx, tmv, tmo);
+      return;
+    }
+  }
   auto* kernel = tma ? &smm_wgmma_kernel<T, BN, kTma> : &smm_wgmma_kernel<T, BN, kCpAsync>;
   const int64_t blocks = ((a.d3 + BN - 1) / BN) * ((a.d1 + kBM - 1) / kBM);
   softmax_ext::cuda::launch_batch_grid(kernel, blocks, a.batch * a.parts, kThreads, C::kSmem,

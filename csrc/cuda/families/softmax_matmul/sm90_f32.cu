@@ -407,10 +407,13 @@ __global__ void __launch_bounds__(kF32Threads, 1)
   int iss_kt = 0;
   int64_t iss_i = 0;
   Tile iss_u{};
+  DRange<32> iss_r(a, 0);  // (its 64-bit divisions once a tile)
   auto issue = [&]() {
-    if (iss_kt == 0) iss_u = tile(iss_i);
-    const DRange<32> r(a, iss_u.b);
-    const int k = (r.k0 + iss_kt) * 32, b = static_cast<int>(r.b);
+    if (iss_kt == 0) {
+      iss_u = tile(iss_i);
+      iss_r = DRange<32>(a, iss_u.b);
+    }
+    const int k = (iss_r.k0 + iss_kt) * 32, b = static_cast<int>(iss_r.b);
     const uint32_t bar = bars + 8 * (iss_g % kS);
     mbar_expect_tx(bar, C::kLoadBytes);
     tma_load_3d(stage(iss_g), &tmx, k, iss_u.row0, b, bar);
