@@ -175,12 +175,6 @@ RowCopies hopper_row_copies(const at::Tensor& x3, const at::Tensor& v3, const Pl
   const int64_t vec = d.dtype == at::kFloat ? 4 : 8;
   RowCopies c{!hopper_rows(x3, vec), !hopper_rows(v3, vec), vec};
   if (!c.x && !c.v) return {};  // the mma.sync kernel for another reason
-  // float32 x whose rows would need the copy stays with the mma.sync kernel,
-  // which reads them as they are: the copy is a pass over x as long as the
-  // Hopper kernel's own (TF32; 3xTF32 where d3 <= 64: its mma.sync tile for
-  // more columns is 128 x 128; docs/softmax_matmul.md, "Float32 rows not in
-  // 16-byte chunks").
-  if (d.dtype == at::kFloat && c.x && (plan.math == Math::kTF32 || d.d3 <= 64)) return {};
   int64_t copied = 0;
   auto rows = [vec, &copied, &d](int64_t(&st)[3], int64_t n_rows, int64_t cols) {
     st[1] = hopper_row_stride(cols, vec);
@@ -192,6 +186,13 @@ RowCopies hopper_row_copies(const at::Tensor& x3, const at::Tensor& v3, const Pl
   if (c.v) rows(d.v_strides, d.d2, d.d3);
   d.aligned16 = true;
   if (!select(d, false, hopper).ok() || hopper->kernel != Kernel::kCudaWgmma) return {};
+  // float32 x whose rows would need the copy stays with the mma.sync kernel,
+  // which reads them as they are: the copy is a pass over x as long as the
+  // Hopper kernel's own (TF32; 3xTF32 where d3 <= 64: its mma.sync tile for
+  // more columns is 128 x 128; docs/softmax_matmul.md, "Float32 rows not in
+  // 16-byte chunks"), but where the Hopper plan cuts d2 into parts (few
+  // rows against a long d2, which the mma.sync kernel walks with few CTAs).
+  if (d.dtype == at::kFloat && c.x && hopper->parts == 1 && (plan.math == Math::kTF32 || d.d3 <= 64)) return {};
   hopper->name += ".rows_copied";
   hopper->workspace_bytes += copied;
   return c;
