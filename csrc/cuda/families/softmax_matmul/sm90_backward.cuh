@@ -207,14 +207,13 @@ __device__ __forceinline__ void dx_x_tma(uint32_t xs, uint32_t bar, const CUtens
 #endif
 
 #ifdef SMM_SM90A_DEVICE
-// v into fragment register e of k block kb as TF32, rounded by cvt.rna (a
-// NaN stays a NaN); SPLIT: also its small part (v minus the rounded value,
-// rounded to nearest) into fragment 4 + kb.
+// v into fragment register e of k block kb as TF32 (split_tf32's big part);
+// SPLIT: also its small part into fragment 4 + kb.
 template <bool SPLIT, int N>
 __device__ __forceinline__ void put_tf32(uint32_t (&f)[N][4], int kb, int e, float v) {
-  const uint32_t big = to_tf32(v);
-  f[kb][e] = big;
-  if constexpr (SPLIT) f[4 + kb][e] = to_tf32_rn(v - __uint_as_float(big));
+  const Tf32Split p = split_tf32(v);
+  f[kb][e] = p.big;
+  if constexpr (SPLIT) f[4 + kb][e] = p.small;
 }
 
 // The pipelined main loop of the register-A backward kernels: kS stages,

@@ -141,8 +141,9 @@ __global__ void smm_tf32_split_kernel(const float* src, float* hi, float* lo, in
     float h[4], l[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      h[q] = __uint_as_float(to_tf32(vs[q]));
-      l[q] = __uint_as_float(to_tf32_rn(vs[q] - h[q]));
+      const Tf32Split p = split_tf32(vs[q]);
+      h[q] = __uint_as_float(p.big);
+      l[q] = __uint_as_float(p.small);
     }
     *reinterpret_cast<float4*>(hi + e) = make_float4(h[0], h[1], h[2], h[3]);
     if (lo != nullptr) *reinterpret_cast<float4*>(lo + e) = make_float4(l[0], l[1], l[2], l[3]);
@@ -188,9 +189,9 @@ __global__ void __launch_bounds__(256) smm_go_transpose_kernel(const float* go, 
         if constexpr (ROUND == 0) {
           hi[at] = v;
         } else {
-          const float h = __uint_as_float(to_tf32(v));
-          hi[at] = h;
-          if constexpr (ROUND == 2) lo[at] = __uint_as_float(to_tf32_rn(v - h));
+          const Tf32Split p = split_tf32(v);
+          hi[at] = __uint_as_float(p.big);
+          if constexpr (ROUND == 2) lo[at] = __uint_as_float(p.small);
         }
       }
     }

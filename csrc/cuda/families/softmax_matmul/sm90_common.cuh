@@ -72,6 +72,17 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], uint32_t addr) {
 // against float64 unchanged).
 __device__ __forceinline__ uint32_t to_tf32_rn(float f) { return (__float_as_uint(f) + 0x1000u) & 0xffffe000u; }
 
+// The backward's 3xTF32 split of a float32 operand (and its TF32 rounding):
+// the big part by cvt.rna (a NaN stays a NaN), the small part v - big
+// rounded to nearest, both as TF32 bit patterns.
+struct Tf32Split {
+  uint32_t big, small;
+};
+__device__ __forceinline__ Tf32Split split_tf32(float v) {
+  const uint32_t big = to_tf32(v);
+  return {big, to_tf32_rn(v - __uint_as_float(big))};
+}
+
 // The CTA's dynamic shared memory as a shared-window address rounded up to
 // 1 KiB, the alignment of the 128-byte-swizzled tiles (each kernel asks for
 // 1 KiB more than its layout takes).
