@@ -133,6 +133,41 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&p)[4][4], uint32_t x_add
       p[kb][2 + h] = pack<T>(f[h][4 * kb + 2], f[h][4 * kb + 3]);
     }
 }
+
+// The products of one d2 tile, issued (asynchronous): acc += P (pa, the A
+// fragments of its four k16 blocks) times the V tile of `stage` (N-major,
+// descriptor base desc_base).
+template <typename T, int BN>
+__device__ __forceinline__ void issue_products(float (&acc)[BN / 2], uint32_t (&pa)[4][4], uint64_t desc_base,
+                                               uint32_t stage) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN>(acc, pa[kb], desc_base | ((stage + kb * 2048) >> 4));
+  wgmma_commit();
+}
+
+// Waits for them; where a tile follows (next), rescales acc by the scale of
+// its rows' moved maxima (any_up) and makes its P (pb) the A operand.
+template <int BN>
+__device__ __forceinline__ void finish_products(float (&acc)[BN / 2], uint32_t (&pa)[4][4], const uint32_t (&pb)[4][4],
+                                                bool next, bool any_up, const float (&scale)[2]) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) fence_reg(acc[i]);
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
+  if (next) {
+    if (any_up) rescale_rows(acc, scale);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
+  }
+}
 #endif  // SMM_SM90A_DEVICE
 
 #ifdef SMM_SM90A_DEVICE
@@ -237,15 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int kt = 0; kt < nk; ++kt) {
     const uint32_t stage = smem + static_cast<uint32_t>(kt % kStages) * C::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) fence_reg(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      const uint64_t desc = desc_base | ((stage + kb * 2048) >> 4);
-      wgmma_rs<T, BN>(acc, pa[kb], desc);
-    }
-    wgmma_commit();
+    issue_products<T, BN>(acc, pa, desc_base, stage);
     if (kt + 1 < nk) {
       const int kn = kt + kStages - 1;
       if constexpr (TMA) {
@@ -269,20 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       softmax_tile<T>(pb, next + x_lane, lane_r7, lane_hi, m, l, scale, any_up, int64_t{k0 + kt + 1} * kBK + 2 * t,
                       a.d2, dr.masked(kt + 1));
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) fence_reg(acc[i]);
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
-    if (kt + 1 < nk) {
-      if (any_up) rescale_rows(acc, scale);
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
-    }
+    finish_products<BN>(acc, pa, pb, kt + 1 < nk, any_up, scale);
   }
 
   // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
@@ -398,12 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     a.d2, dr.masked(0));
     for (int kt = 0; kt < nk; ++kt) {
       const uint32_t G = G0 + kt;
-#pragma unroll
-      for (int e = 0; e < Cfg<BN>::kAcc; ++e) fence_reg(acc[e]);
-      wgmma_fence();
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb) wgmma_rs<T, BN>(acc, pa[kb], desc_base | ((stage(G) + kb * 2048) >> 4));
-      wgmma_commit();
+      issue_products<T, BN>(acc, pa, desc_base, stage(G));
       // every warp done with step G - 1 (its product waited at the end of
       // that step): its stage takes step G + kS - 1, of this tile or the next
       __syncthreads();
@@ -413,20 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         softmax_tile<T>(pb, stage(G + 1) + x_lane, lane_r7, lane_hi, m, l, scale, any_up,
                         int64_t{dr.k0 + kt + 1} * kBK + 2 * t, a.d2, dr.masked(kt + 1));
       }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int e = 0; e < Cfg<BN>::kAcc; ++e) fence_reg(acc[e]);
-#pragma unroll
-      for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) fence_reg(pa[kb][e]);
-      if (kt + 1 < nk) {
-        if (any_up) rescale_rows(acc, scale);
-#pragma unroll
-        for (int kb = 0; kb < 4; ++kb)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) pa[kb][e] = pb[kb][e];
-      }
+      finish_products<BN>(acc, pa, pb, kt + 1 < nk, any_up, scale);
     }
 
     // Epilogue: l over the quad, out = acc / l, lse = m + log(l).
