@@ -31,7 +31,9 @@
 // d3 are zero-filled (TMA's out-of-bounds fill, or cp.async's); columns of x past d2 are set to -inf in
 // registers. The output tile goes through the freed stages (64-column
 // swizzled panels) and out by TMA where the output's tensor map can be made
-// (d3 a multiple of 8), else by each thread's 4-byte column pairs. The plan
+// (d3 a multiple of 8), else by each thread's 4-byte column pairs. Where
+// the tiles outnumber the CTAs, a persistent form of the kernel walks them
+// (smm_wgmma_persistent_kernel below). The plan
 // takes this kernel only for 16-byte aligned rows (strides multiple of 8
 // elements, aligned base pointers).
 #include "cuda/families/softmax_matmul/cuda_launch.h"
@@ -321,7 +323,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The persistent form of the kernel above, taken wherever TMA loads: as many
+// The persistent form of the kernel above (TMA loads, 128 or 256 columns,
+// where the tiles outnumber the CTAs that run at once: launch): as many
 // CTAs as run at once (one an SM), each walking the tiles T = blockIdx.x +
 // i gridDim.x in CtaTile's order through one pipeline whose steps G = i nk
 // + kt run on across its tiles, so the next tile's first stages load while
