@@ -21,11 +21,16 @@ import torch
 
 import softmax_ext
 
-# (label, shape, dim, dtype)
+# (label, shape, dim, dtype[, "causal": the last two dims' upper triangle -inf,
+# as masked attention scores have])
 CASES = [
     ("f32 4096x4096", (4096, 4096), -1, torch.float32),
     ("f32 64x50257", (64, 50257), -1, torch.float32),
     ("f32 32x12x128x128", (32, 12, 128, 128), -1, torch.float32),
+    ("f32 32x12x128x128 causal", (32, 12, 128, 128), -1, torch.float32, "causal"),
+    ("bf16 32x12x128x128 causal", (32, 12, 128, 128), -1, torch.bfloat16, "causal"),
+    ("f32 131072x24", (131072, 24), -1, torch.float32),
+    ("f32 65536x49", (65536, 49), -1, torch.float32),
     ("bf16 8192x1024", (8192, 1024), -1, torch.bfloat16),
     ("f32 262144x16", (262144, 16), -1, torch.float32),
     ("bf16 16384x100", (16384, 100), -1, torch.bfloat16),
@@ -54,8 +59,10 @@ def _time(fn):
     return (time.perf_counter() - t0) * 1e3
 
 
-def compare(op, direction, shape, dim, dtype, rounds, gen):
+def compare(op, direction, shape, dim, dtype, rounds, gen, mask=None):
     x = torch.randn(shape, generator=gen).to(dtype)
+    if mask == "causal":
+        x = x.masked_fill(torch.ones(shape[-2:], dtype=torch.bool).triu(1), -float("inf"))
     dy = torch.randn(shape, generator=gen).to(dtype)
     ours = _fns(softmax_ext, op, dim, x, dy, direction)
     theirs = _fns(torch, op, dim, x, dy, direction)
@@ -87,15 +94,15 @@ def main(argv=None):
     gen = torch.Generator().manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}")
-    print(f"{'case':24s} {'op':11s} {'direction':16s} {'ours ms':>8s} {'torch ms':>8s} {'speedup':>7s} {'p10-p90':>11s}")
+    print(f"{'case':26s} {'op':11s} {'direction':16s} {'ours ms':>8s} {'torch ms':>8s} {'speedup':>7s} {'p10-p90':>11s}")
     rows = []
-    for label, shape, dim, dtype in CASES:
+    for label, shape, dim, dtype, *mask in CASES:
         if args.cases and not any(c in label for c in args.cases.split(",")):
             continue
         for op in args.ops.split(","):
             for direction in ("forward", "forward+backward"):
-                ours, theirs, ratio, lo, hi = compare(op, direction, shape, dim, dtype, args.rounds, gen)
-                print(f"{label:24s} {op:11s} {direction:16s} {ours:8.2f} {theirs:8.2f} {ratio:6.2f}x "
+                ours, theirs, ratio, lo, hi = compare(op, direction, shape, dim, dtype, args.rounds, gen, *mask)
+                print(f"{label:26s} {op:11s} {direction:16s} {ours:8.2f} {theirs:8.2f} {ratio:6.2f}x "
                       f"{lo:5.2f}-{hi:4.2f}", flush=True)
                 rows.append(dict(case=label, op=op, direction=direction, softmax_ext_ms=round(ours, 4),
                                  torch_ms=round(theirs, 4), speedup_median=round(ratio, 4), speedup_p10=round(lo, 4),

@@ -37,16 +37,22 @@ inline Vec<T> vmax(const Vec<T>& a, const Vec<T>& b) {
 //   below 1e-8 relative);
 //   2^q as two powers of two, each a normal float, so that a result in the
 //   subnormal range is rounded once.
-// x is first clamped to [-104, 89], outside of which the float result is 0
-// or inf anyway; NaN lanes are put back at the end.
-C10_ALWAYS_INLINE Vec<float> exp_f32(const Vec<float>& x) {
+// x is first clamped to [-87.33, 89] (e^-87.33 is the smallest normal
+// float, about): an arithmetic operation that makes a subnormal float, or
+// underflows to 0, is many times slower than a normal one on x86 cores, and
+// rows with -inf entries (masked attention scores) took twice as long. Lanes
+// below -87.33 are 0 where x <= -104 (-inf included); only where a lane
+// lies between the two (a subnormal result) is the vector computed again
+// over [-104, 89] for those lanes, the slow way. NaN lanes are put back at
+// the end.
+C10_ALWAYS_INLINE Vec<float> exp_f32_clamped(const Vec<float>& x, float low) {
   using V = Vec<float>;
-  // (the plain max / min instructions: a NaN lane becomes -104 here and is
-  // put back below, so at::vec's NaN-propagating forms are not needed)
+  // (the plain max / min instructions: a NaN lane becomes `low` here and is
+  // put back by exp_f32, so at::vec's NaN-propagating forms are not needed)
 #if defined(CPU_CAPABILITY_AVX512)
-  const V xc = _mm512_min_ps(_mm512_max_ps(x, V(-104.f)), V(89.f));
+  const V xc = _mm512_min_ps(_mm512_max_ps(x, V(low)), V(89.f));
 #else
-  const V xc = _mm256_min_ps(_mm256_max_ps(x, V(-104.f)), V(89.f));
+  const V xc = _mm256_min_ps(_mm256_max_ps(x, V(low)), V(89.f));
 #endif
   const V q = (xc * V(1.44269504088896341f)).round();
   V r = at::vec::fmadd(q, V(-0.693359375f), xc);
@@ -64,7 +70,28 @@ C10_ALWAYS_INLINE Vec<float> exp_f32(const Vec<float>& x) {
   const I q1 = qi >> I(1), q2 = qi - q1;
   const V s1 = at::vec::cast<float>((q1 + I(127)) << I(23));
   const V s2 = at::vec::cast<float>((q2 + I(127)) << I(23));
-  return V::blendv((p * s1) * s2, x, x.isnan());
+  return (p * s1) * s2;
+}
+
+C10_ALWAYS_INLINE Vec<float> exp_f32(const Vec<float>& x) {
+  using V = Vec<float>;
+  constexpr float kNormal = -87.33f, kZero = -104.f;
+  V e = exp_f32_clamped(x, kNormal);
+  // lanes whose result is 0 or subnormal (low), those of them subnormal (sub)
+#if defined(CPU_CAPABILITY_AVX512)
+  const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kNormal), _CMP_LT_OQ);
+  if (C10_UNLIKELY(low != 0)) {
+    const __mmask16 sub = low & _mm512_cmp_ps_mask(x, _mm512_set1_ps(kZero), _CMP_GT_OQ);
+    e = _mm512_mask_mov_ps(e, low, sub != 0 ? exp_f32_clamped(x, kZero) : V(0.f));
+  }
+#else
+  const __m256 low = _mm256_cmp_ps(x, _mm256_set1_ps(kNormal), _CMP_LT_OQ);
+  if (C10_UNLIKELY(_mm256_movemask_ps(low) != 0)) {
+    const __m256 sub = _mm256_and_ps(low, _mm256_cmp_ps(x, _mm256_set1_ps(kZero), _CMP_GT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_movemask_ps(sub) != 0 ? exp_f32_clamped(x, kZero) : V(0.f), low);
+  }
+#endif
+  return V::blendv(e, x, x.isnan());
 }
 #endif
 

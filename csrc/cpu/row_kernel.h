@@ -70,7 +70,7 @@ C10_ALWAYS_INLINE typename V::value_type block_stats(const V& a, const V& b, int
     max = at::vec::vec_reduce_all([](V& p, V& q) { return vmax(p, q); }, a);
     m = V(max);
     ea = Fwd::exp(a - m);
-    if (n < W) ea = V::set(V(acc_t(0)), ea, n);
+    if (n < W) ea = zero_lanes_from(ea, n);
     eb = V(acc_t(0));
     return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea);
   }
@@ -78,7 +78,7 @@ C10_ALWAYS_INLINE typename V::value_type block_stats(const V& a, const V& b, int
   m = V(max);
   ea = Fwd::exp(a - m);
   eb = Fwd::exp(b - m);
-  if (n < 2 * W) eb = V::set(V(acc_t(0)), eb, n - W);
+  if (n < 2 * W) eb = zero_lanes_from(eb, n - W);
   return at::vec::vec_reduce_all([](V& p, V& q) { return p + q; }, ea + eb);
 }
 
@@ -126,8 +126,8 @@ C10_ALWAYS_INLINE acc_type_t<out_t> row_stats(const in_t* x, int64_t n, acc_type
           if (cache) C::store(cache + j0 + j, len, ea, eb);
         }
         if (C10_UNLIKELY(len < B)) {  // lanes past the row add 0
-          ea = V::set(V(acc_t(0)), ea, std::min<int64_t>(len, V::size()));
-          eb = V::set(V(acc_t(0)), eb, std::max<int64_t>(len - V::size(), 0));
+          ea = zero_lanes_from(ea, std::min<int64_t>(len, V::size()));
+          eb = zero_lanes_from(eb, std::max<int64_t>(len - V::size(), 0));
         }
         s0 += ea;
         s1 += eb;

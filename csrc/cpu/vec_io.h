@@ -192,6 +192,26 @@ struct Io {
   }
 };
 
+// v with its lanes from `count` on (0 <= count <= V::size()) set to 0: one
+// masked move or AND for x86 float (and AVX-512 double) lanes. ATen's
+// Vectorized::set(zero, v, count) is a switch over the count, whose jump
+// in the short-row kernels cost more than their exps (float rows of 17-31
+// on AVX-512: about 20 ns a row). The same bits.
+template <typename V>
+C10_ALWAYS_INLINE V zero_lanes_from(const V& v, int64_t count) {
+  using T = typename V::value_type;
+  const int c = static_cast<int>(std::clamp<int64_t>(count, 0, V::size()));
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (std::is_same_v<T, float>) return _mm512_maskz_mov_ps(static_cast<__mmask16>((1u << c) - 1u), v);
+  if constexpr (std::is_same_v<T, double>) return _mm512_maskz_mov_pd(static_cast<__mmask8>((1u << c) - 1u), v);
+#elif defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>)
+    return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(c),
+                                                                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))));
+#endif
+  return V::set(V(T(0)), v, c);
+}
+
 // Calls body(j, len) over [0, n) in blocks of B: full ones, then one partial.
 template <int64_t B, typename Body>
 inline void for_blocks(int64_t n, const Body& body) {
