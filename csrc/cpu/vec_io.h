@@ -193,10 +193,8 @@ struct Io {
 };
 
 // v with its lanes from `count` on (0 <= count <= V::size()) set to 0: one
-// masked move or AND for x86 float (and AVX-512 double) lanes. ATen's
-// Vectorized::set(zero, v, count) is a switch over the count, whose jump
-// in the short-row kernels cost more than their exps (float rows of 17-31
-// on AVX-512: about 20 ns a row). The same bits.
+// masked move or AND for x86 float (and AVX-512 double) lanes, where ATen's
+// Vectorized::set(zero, v, count) is a switch over the count. The same bits.
 template <typename V>
 C10_ALWAYS_INLINE V zero_lanes_from(const V& v, int64_t count) {
   using T = typename V::value_type;
