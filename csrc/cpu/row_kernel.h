@@ -157,9 +157,12 @@ C10_ALWAYS_INLINE acc_type_t<out_t> row_stats(const in_t* x, int64_t n, acc_type
 }
 
 // kFastExp: see numerics.h; the strided family sets it for its final output
-// dtype while running this on float rows.
+// dtype while running this on float rows. stats (optional): the row's max
+// and sum(exp(x - max)) written to stats[0], stats[1] (the sum 0 where the
+// max is -inf, as the sharded-axis Stats step has it).
 template <Kind K, typename in_t, typename out_t, bool kFastExp = kIs16Bit<out_t>>
-SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache) {
+SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_type_t<out_t>* cache,
+                                     acc_type_t<out_t>* stats = nullptr) {
   using acc_t = acc_type_t<out_t>;
   using V = Vec<acc_t>;
   using Fwd = Forward<K, kFastExp>;
@@ -176,7 +179,12 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
     V a, b, m, ea, eb;
     acc_t max;
     X::load(x, n, kNegInf, a, b);
-    const V c = Fwd::template finish_row<V>(block_stats<Fwd>(a, b, n, max, m, ea, eb));
+    const acc_t sum = block_stats<Fwd>(a, b, n, max, m, ea, eb);
+    if (stats) {
+      stats[0] = max;
+      stats[1] = max == kNegInf ? acc_t(0) : sum;
+    }
+    const V c = Fwd::template finish_row<V>(sum);
     if constexpr (Fwd::kCachesExp) Y::store(y, n, Fwd::from_exp(ea, c), Fwd::from_exp(eb, c));
     else Y::store(y, n, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
     return;
@@ -184,6 +192,10 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
 
   acc_t max;
   const acc_t sum = row_stats<K, in_t, out_t, kFastExp>(x, n, cache, max);
+  if (stats) {
+    stats[0] = max;
+    stats[1] = max == kNegInf ? acc_t(0) : sum;
+  }
   const V m(max);
   const V c = Fwd::template finish_row<V>(sum);
 

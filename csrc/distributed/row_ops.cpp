@@ -25,6 +25,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -59,7 +60,10 @@ RowsPlan select(const RowsProblem& p) {
 void run(const RowsPlan& plan, const RowsBuffers& buffers) {
   const RowsProblem& p = plan.problem;
   if (p.rows == 0) return;
-  TORCH_INTERNAL_ASSERT(buffers.stats != nullptr && (p.n == 0 || buffers.a != nullptr),
+  // (stats may be null for a CPU Normalize that writes its own to stats_out: rows.h)
+  const bool own_stats = p.step == Step::Normalize && p.device_type == c10::DeviceType::CPU &&
+                         buffers.stats_out != nullptr;
+  TORCH_INTERNAL_ASSERT((buffers.stats != nullptr || own_stats) && (p.n == 0 || buffers.a != nullptr),
                         "softmax_ext.distributed: missing buffer for ", plan.kernel);
 #ifdef SOFTMAX_EXT_WITH_CUDA
   if (p.device_type == c10::DeviceType::CUDA) return run_cuda(plan, buffers);
@@ -228,6 +232,45 @@ at::Tensor softmax_stats(const at::Tensor& x_in, int64_t dim) {
   return stats_out(r, tmp.view({r.rows, 2}), stats);
 }
 
+// The Normalize step of x along `axis` with the statistics stats_in, or
+// (stats_in undefined; CPU) with each row's statistics computed in the same
+// pass and returned in *stats (the shape softmax_stats returns).
+static at::Tensor normalize_rows(const at::Tensor& x_in, const at::Tensor& stats_in, int64_t axis, Kind kind,
+                                 at::Tensor* stats) {
+  at::Tensor y = new_output(x_in);
+  if (stats != nullptr) {
+    std::vector<int64_t> shape = batch_shape(x_in, axis);
+    shape.push_back(2);
+    *stats = at::empty(shape, x_in.options().dtype(acc_of(x_in.scalar_type())));
+  }
+  if (y.numel() == 0) {
+    if (stats != nullptr && stats->numel() > 0) {  // rows of no element: (-inf, 0), as the Stats step
+      stats->select(-1, 0).fill_(-std::numeric_limits<double>::infinity());
+      stats->select(-1, 1).zero_();
+    }
+    return y;
+  }
+  const at::Tensor x = as_1d(x_in);
+  at::Tensor y1 = as_1d(y);
+  const Rows r(y1, axis);
+  const at::Tensor xr = r.in(x);
+  bool copy_back = false;
+  at::Tensor yr = out_rows(r, y1, copy_back);
+  RowsBuffers buffers{xr.const_data_ptr(), nullptr, nullptr, yr.mutable_data_ptr()};
+  at::Tensor sr, tmp;
+  if (stats == nullptr) {
+    sr = r.stats_in(stats_in, true);
+    buffers.stats = const_cast<void*>(sr.const_data_ptr());
+  } else {
+    tmp = at::empty({r.rows, 2}, stats->options());
+    buffers.stats_out = tmp.mutable_data_ptr();
+  }
+  launch(plan_for(Step::Normalize, kind, x, r), buffers, x);
+  if (copy_back) y1.permute(r.perm).copy_(yr.view(y1.permute(r.perm).sizes()));
+  if (stats != nullptr) *stats = stats_out(r, tmp, *stats);
+  return y;
+}
+
 at::Tensor softmax_normalize(const at::Tensor& x_in, const at::Tensor& stats_in, int64_t dim,
                              c10::string_view kind_name) {
   const char* op = op_name(Step::Normalize);
@@ -238,19 +281,17 @@ at::Tensor softmax_normalize(const at::Tensor& x_in, const at::Tensor& stats_in,
   std::vector<int64_t> shape = batch_shape(x_in, axis);
   shape.push_back(2);
   check_stats(op, stats_in, x_in, shape);
-  at::Tensor y = new_output(x_in);
-  if (y.numel() == 0) return y;
-  const at::Tensor x = as_1d(x_in);
-  at::Tensor y1 = as_1d(y);
-  const Rows r(y1, axis);
-  const at::Tensor xr = r.in(x);
-  const at::Tensor sr = r.stats_in(stats_in, true);
-  bool copy_back = false;
-  at::Tensor yr = out_rows(r, y1, copy_back);
-  launch(plan_for(Step::Normalize, kind, x, r),
-         {xr.const_data_ptr(), nullptr, const_cast<void*>(sr.const_data_ptr()), yr.mutable_data_ptr()}, x);
-  if (copy_back) y1.permute(r.perm).copy_(yr.view(y1.permute(r.perm).sizes()));
-  return y;
+  return normalize_rows(x_in, stats_in, axis, kind, nullptr);
+}
+
+std::tuple<at::Tensor, at::Tensor> softmax_with_stats(const at::Tensor& x_in, int64_t dim) {
+  const char* op = "softmax_ext.softmax_with_stats";
+  TORCH_CHECK_NOT_IMPLEMENTED(x_in.is_cpu(), op, ": a CPU path; the input is on ", x_in.device());
+  TORCH_CHECK_NOT_IMPLEMENTED(supported(x_in.scalar_type()), op, ": input dtype ", x_in.scalar_type(),
+                              " is not supported; ", kAccepted);
+  at::Tensor stats;
+  at::Tensor y = normalize_rows(x_in, at::Tensor(), wrap_dim(op, dim, x_in.dim()), Kind::Softmax, &stats);
+  return {y, stats};
 }
 
 at::Tensor softmax_backward_stats(const at::Tensor& grad_in, const at::Tensor& out_in, int64_t dim,

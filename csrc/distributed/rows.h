@@ -58,12 +58,17 @@ struct RowsPlan {
 
 // The operands: a (and b) the inputs (x; or dy and y), stats the
 // statistics (read by Normalize / BackApply, written by Stats / BackStats),
-// out the output of Normalize / BackApply.
+// out the output of Normalize / BackApply. On CPU, a softmax Normalize with
+// stats null runs the softmax family's row kernel (cpu/row_kernel.h), which
+// also writes each row's statistics to stats_out: one pass over x, an exp
+// an element (distributed::softmax_with_stats; its sums have the row
+// kernel's exp, ATen's fast one for 16-bit rows).
 struct RowsBuffers {
   const void* a = nullptr;
   const void* b = nullptr;
   void* stats = nullptr;
   void* out = nullptr;
+  void* stats_out = nullptr;
 };
 
 const char* step_name(Step step);

@@ -33,6 +33,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
 namespace softmax_ext::distributed::CPU_CAPABILITY {
 namespace {
@@ -40,6 +42,7 @@ namespace {
 using ::softmax_ext::cpu::CPU_CAPABILITY::acc_type_t;
 using ::softmax_ext::cpu::CPU_CAPABILITY::Backward;
 using ::softmax_ext::cpu::CPU_CAPABILITY::for_blocks;
+using ::softmax_ext::cpu::CPU_CAPABILITY::forward_row;
 using ::softmax_ext::cpu::CPU_CAPABILITY::Forward;
 using ::softmax_ext::cpu::CPU_CAPABILITY::Io;
 using ::softmax_ext::cpu::CPU_CAPABILITY::kBlock;
@@ -59,38 +62,41 @@ void for_each_row(const RowsProblem& p, const F& f) {
   });
 }
 
+// One row's (max, sum(exp(x - max))); sum 0 for an empty or all -inf row.
 template <typename T>
-void stats(const RowsProblem& p, const RowsBuffers& b) {
+void row_stats(const T* row, int64_t n, acc_type_t<T>& m, acc_type_t<T>& sum) {
   using A = acc_type_t<T>;
   using V = Vec<A>;
   using X = Io<T, T, A>;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
-  const T* x = static_cast<const T*>(b.a);
-  A* s = static_cast<A*>(b.stats);
-  const int64_t n = p.n;
-  for_each_row(p, [&](int64_t r) {
-    const T* row = x + r * n;
-    V m0(kNegInf), m1(kNegInf), u, v;
-    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
-      X::load(row + j, len, kNegInf, u, v);  // (lanes past the row: -inf)
-      m0 = vmax(m0, u);
-      m1 = vmax(m1, v);
-    });
-    const A m = at::vec::vec_reduce_all([](V& a, V& c) { return vmax(a, c); }, vmax(m0, m1));
-    A sum = 0;
-    if (m != kNegInf) {  // an empty slice, or all -inf, adds nothing
-      const V vm(m);
-      sum = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
-        X::load(row + j, len, kNegInf, u, v);  // exp(-inf - m) = 0 past the row
-        s0 += vexp(u - vm);
-        s1 += vexp(v - vm);
-      });
-    }
-    s[2 * r] = m;
-    s[2 * r + 1] = sum;
+  V m0(kNegInf), m1(kNegInf), u, v;
+  for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+    X::load(row + j, len, kNegInf, u, v);  // (lanes past the row: -inf)
+    m0 = vmax(m0, u);
+    m1 = vmax(m1, v);
   });
+  m = at::vec::vec_reduce_all([](V& a, V& c) { return vmax(a, c); }, vmax(m0, m1));
+  sum = 0;
+  if (m != kNegInf) {  // an empty slice, or all -inf, adds nothing
+    const V vm(m);
+    sum = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+      X::load(row + j, len, kNegInf, u, v);  // exp(-inf - m) = 0 past the row
+      s0 += vexp(u - vm);
+      s1 += vexp(v - vm);
+    });
+  }
 }
 
+template <typename T>
+void stats(const RowsProblem& p, const RowsBuffers& b) {
+  using A = acc_type_t<T>;
+  const T* x = static_cast<const T*>(b.a);
+  A* s = static_cast<A*>(b.stats);
+  for_each_row(p, [&](int64_t r) { row_stats(x + r * p.n, p.n, s[2 * r], s[2 * r + 1]); });
+}
+
+// (stats null, softmax: the softmax family's row kernel, its exps kept in y
+// or a scratch row, which also writes each row's statistics to stats_out)
 template <Kind K, typename T>
 void normalize(const RowsProblem& p, const RowsBuffers& b) {
   using A = acc_type_t<T>;
@@ -101,6 +107,22 @@ void normalize(const RowsProblem& p, const RowsBuffers& b) {
   const A* s = static_cast<const A*>(b.stats);
   T* y = static_cast<T*>(b.out);
   const int64_t n = p.n;
+  if (s == nullptr) {
+    TORCH_INTERNAL_ASSERT(K == Kind::Softmax && b.stats_out != nullptr);
+    A* s_out = static_cast<A*>(b.stats_out);
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1));
+    at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+      std::unique_ptr<A[]> scratch(std::is_same_v<T, A> ? nullptr : new A[n]);
+      for (int64_t r = begin; r < end; ++r) {
+        T* out = y + r * n;
+        A* cache = nullptr;
+        if constexpr (std::is_same_v<T, A>) cache = out;
+        else cache = scratch.get();
+        forward_row<Kind::Softmax>(x + r * n, out, n, cache, s_out + 2 * r);
+      }
+    });
+    return;
+  }
   for_each_row(p, [&](int64_t r) {
     const T* in = x + r * n;
     T* out = y + r * n;

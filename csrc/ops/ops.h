@@ -24,6 +24,10 @@ namespace distributed {
 // ("softmax" / "log_softmax") from such statistics, in x's dtype.
 at::Tensor softmax_stats(const at::Tensor& x, int64_t dim);
 at::Tensor softmax_normalize(const at::Tensor& x, const at::Tensor& stats, int64_t dim, c10::string_view kind);
+// Both in one pass over x (CPU): softmax(x) by the row kernel of
+// softmax_ext.softmax and each row's statistics, shaped as softmax_stats
+// returns them (16-bit rows: summed with the row kernel's fast exp).
+std::tuple<at::Tensor, at::Tensor> softmax_with_stats(const at::Tensor& x, int64_t dim);
 }  // namespace distributed
 
 // What softmax_ext.plan() shows: (kernel, workspace bytes, deterministic,

@@ -52,18 +52,17 @@ std::tuple<at::Tensor, at::Tensor> blocked_forward(const at::Tensor& x, const at
   if (d2 == 0) {
     return {at::zeros({B, d1, d3}, x.options()), at::full({B, d1}, -inf, fopt)};
   }
-  // One block on CPU, float32, float64 and (matmul_in_16bit) bf16: the rows'
-  // (max, sum) in one pass over x, P in x's dtype from them in a second
-  // (softmax_ext's row kernels), P @ v; lse = max + log(sum). bf16's P is
+  // One block on CPU, float32, float64 and (matmul_in_16bit) bf16: P in x's
+  // dtype and the rows' (max, sum) in one pass over x (softmax_ext's row
+  // kernels), P @ v; lse = max + log(sum). bf16's P is
   // rounded for the GEMM as softmax(x) @ v rounds it, the output once.
   // Several blocks keep their products in the float32 accumulator (a bf16
   // GEMM would round each block's part: twice the naive version's error at
   // (1, 16, 20000, 64)).
   if (d2 <= block && x.is_cpu() && (x.scalar_type() == acc || matmul_in_16bit(x))) {
-    const at::Tensor stats = distributed::softmax_stats(x, -1);  // (batch, d1, 2)
+    auto [p, stats] = distributed::softmax_with_stats(x, -1);  // stats: (batch, d1, 2)
     const at::Tensor m = stats.select(-1, 0);
     const at::Tensor lse = at::where(m == -inf, m, m + stats.select(-1, 1).log());
-    at::Tensor p = distributed::softmax_normalize(x, stats, -1, "softmax");
     // A row of P that is NaN (x all -inf, or NaN / +inf in it) gives a NaN
     // row of out. oneDNN's AMX bf16 GEMM also spreads it to other rows of
     // its tile (measured on a Xeon with AMX: softmax(x) @ v gives the row
