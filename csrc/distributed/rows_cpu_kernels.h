@@ -62,37 +62,36 @@ void for_each_row(const RowsProblem& p, const F& f) {
   });
 }
 
-// One row's (max, sum(exp(x - max))); sum 0 for an empty or all -inf row.
 template <typename T>
-void row_stats(const T* row, int64_t n, acc_type_t<T>& m, acc_type_t<T>& sum) {
+void stats(const RowsProblem& p, const RowsBuffers& b) {
   using A = acc_type_t<T>;
   using V = Vec<A>;
   using X = Io<T, T, A>;
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
-  V m0(kNegInf), m1(kNegInf), u, v;
-  for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
-    X::load(row + j, len, kNegInf, u, v);  // (lanes past the row: -inf)
-    m0 = vmax(m0, u);
-    m1 = vmax(m1, v);
-  });
-  m = at::vec::vec_reduce_all([](V& a, V& c) { return vmax(a, c); }, vmax(m0, m1));
-  sum = 0;
-  if (m != kNegInf) {  // an empty slice, or all -inf, adds nothing
-    const V vm(m);
-    sum = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
-      X::load(row + j, len, kNegInf, u, v);  // exp(-inf - m) = 0 past the row
-      s0 += vexp(u - vm);
-      s1 += vexp(v - vm);
-    });
-  }
-}
-
-template <typename T>
-void stats(const RowsProblem& p, const RowsBuffers& b) {
-  using A = acc_type_t<T>;
   const T* x = static_cast<const T*>(b.a);
   A* s = static_cast<A*>(b.stats);
-  for_each_row(p, [&](int64_t r) { row_stats(x + r * p.n, p.n, s[2 * r], s[2 * r + 1]); });
+  const int64_t n = p.n;
+  for_each_row(p, [&](int64_t r) {
+    const T* row = x + r * n;
+    V m0(kNegInf), m1(kNegInf), u, v;
+    for_blocks<kBlock<A>>(n, [&](int64_t j, int64_t len) {
+      X::load(row + j, len, kNegInf, u, v);  // (lanes past the row: -inf)
+      m0 = vmax(m0, u);
+      m1 = vmax(m1, v);
+    });
+    const A m = at::vec::vec_reduce_all([](V& a, V& c) { return vmax(a, c); }, vmax(m0, m1));
+    A sum = 0;
+    if (m != kNegInf) {  // an empty slice, or all -inf, adds nothing
+      const V vm(m);
+      sum = row_sum<A>(n, [&](int64_t j, int64_t len, V& s0, V& s1) {
+        X::load(row + j, len, kNegInf, u, v);  // exp(-inf - m) = 0 past the row
+        s0 += vexp(u - vm);
+        s1 += vexp(v - vm);
+      });
+    }
+    s[2 * r] = m;
+    s[2 * r + 1] = sum;
+  });
 }
 
 // (stats null, softmax: the softmax family's row kernel, its exps kept in y
