@@ -171,6 +171,12 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
   using C = Io<acc_t, acc_t, acc_t>;
   constexpr int64_t B = kBlock<acc_t>;
   constexpr acc_t kNegInf = -std::numeric_limits<acc_t>::infinity();
+  auto put_stats = [stats](acc_t max, acc_t sum) {
+    if (stats) {
+      stats[0] = max;
+      stats[1] = max == kNegInf ? acc_t(0) : sum;
+    }
+  };
   // (the lambdas below keep their vectors local: captured by reference,
   // they would live on the stack)
   // A row of at most one block: read once (lanes past the row -inf), kept
@@ -180,10 +186,7 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
     acc_t max;
     X::load(x, n, kNegInf, a, b);
     const acc_t sum = block_stats<Fwd>(a, b, n, max, m, ea, eb);
-    if (stats) {
-      stats[0] = max;
-      stats[1] = max == kNegInf ? acc_t(0) : sum;
-    }
+    put_stats(max, sum);
     const V c = Fwd::template finish_row<V>(sum);
     if constexpr (Fwd::kCachesExp) Y::store(y, n, Fwd::from_exp(ea, c), Fwd::from_exp(eb, c));
     else Y::store(y, n, Fwd::apply(a, m, c), Fwd::apply(b, m, c));
@@ -192,10 +195,7 @@ SOFTMAX_EXT_FLATTEN void forward_row(const in_t* x, out_t* y, int64_t n, acc_typ
 
   acc_t max;
   const acc_t sum = row_stats<K, in_t, out_t, kFastExp>(x, n, cache, max);
-  if (stats) {
-    stats[0] = max;
-    stats[1] = max == kNegInf ? acc_t(0) : sum;
-  }
+  put_stats(max, sum);
   const V m(max);
   const V c = Fwd::template finish_row<V>(sum);
 

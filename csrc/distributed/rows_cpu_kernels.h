@@ -53,11 +53,13 @@ using ::softmax_ext::cpu::CPU_CAPABILITY::visit_dtype;
 using ::softmax_ext::cpu::CPU_CAPABILITY::visit_kind;
 using ::softmax_ext::cpu::CPU_CAPABILITY::vmax;
 
-// f(r) for every row, about 32K elements a task.
+// Rows a task: about 32K elements.
+int64_t rows_grain(int64_t n) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)); }
+
+// f(r) for every row, rows_grain(n) rows a task.
 template <typename F>
 void for_each_row(const RowsProblem& p, const F& f) {
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(p.n, 1));
-  at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, p.rows, rows_grain(p.n), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) f(r);
   });
 }
@@ -109,8 +111,7 @@ void normalize(const RowsProblem& p, const RowsBuffers& b) {
   if (s == nullptr) {
     TORCH_INTERNAL_ASSERT(K == Kind::Softmax && b.stats_out != nullptr);
     A* s_out = static_cast<A*>(b.stats_out);
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1));
-    at::parallel_for(0, p.rows, grain, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, p.rows, rows_grain(n), [&](int64_t begin, int64_t end) {
       std::unique_ptr<A[]> scratch(std::is_same_v<T, A> ? nullptr : new A[n]);
       for (int64_t r = begin; r < end; ++r) {
         T* out = y + r * n;

@@ -18,15 +18,10 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
 at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim);
 
 namespace distributed {
-// Two steps of a softmax over rows (distributed/row_ops.cpp, the ops of the
-// same names): each row's (max, sum(exp(x - max))) in the accumulator type,
-// shape (..., 2) without the axis; and the softmax or log_softmax of x
-// ("softmax" / "log_softmax") from such statistics, in x's dtype.
-at::Tensor softmax_stats(const at::Tensor& x, int64_t dim);
-at::Tensor softmax_normalize(const at::Tensor& x, const at::Tensor& stats, int64_t dim, c10::string_view kind);
-// Both in one pass over x (CPU): softmax(x) by the row kernel of
-// softmax_ext.softmax and each row's statistics, shaped as softmax_stats
-// returns them (16-bit rows: summed with the row kernel's fast exp).
+// softmax(x) along dim and each row's (max, sum(exp(x - max))) in the
+// accumulator type, shape (..., 2) without the axis (as the softmax_stats op
+// returns them), in one pass over x (CPU; distributed/row_ops.cpp): the row
+// kernel of softmax_ext.softmax (16-bit rows summed with its fast exp).
 std::tuple<at::Tensor, at::Tensor> softmax_with_stats(const at::Tensor& x, int64_t dim);
 }  // namespace distributed
 
